@@ -1,0 +1,43 @@
+// Builds the agent from a Config: services, command engine and API. main.ts runs it as a process;
+// tests run it in-process on loopback.
+import { createApp } from './api/app.ts';
+import { startServer, type RunningServer, type TlsMaterial } from './api/server.ts';
+import { CommandExecutor } from './commands/executor.ts';
+import { extensions } from './commands/registry.ts';
+import type { AgentServices, Extension } from './commands/types.ts';
+import type { Config } from './config/config.ts';
+import { HostActions } from './host/host-actions.ts';
+import type { Logger } from './log.ts';
+import { DeviceGuard } from './safety/device-guard.ts';
+import { AgentState } from './state.ts';
+import { AGENT_VERSION } from './version.ts';
+
+export interface Agent {
+  services: AgentServices;
+  executor: CommandExecutor;
+  /** Starts serving the API; with `tls`, over HTTPS. */
+  listen(tls?: TlsMaterial): Promise<RunningServer>;
+}
+
+export function createAgent(config: Config, log: Logger, registry: Readonly<Record<string, Extension>> = extensions): Agent {
+  const state = new AgentState(AGENT_VERSION, config.token.agentToken ?? null);
+  const services: AgentServices = {
+    config,
+    log,
+    state,
+    guard: new DeviceGuard(config.disks.allowlist),
+    host: new HostActions(config.hostActions, log),
+  };
+  const executor = new CommandExecutor(registry, services);
+  const app = createApp({
+    executor,
+    state,
+    log,
+    tokenPolicy: { standalone: config.standalone, requireOnGet: config.token.requireOnGet },
+  });
+  return {
+    services,
+    executor,
+    listen: (tls) => startServer(app, config.listen.host, config.listen.port, tls),
+  };
+}

@@ -1,0 +1,62 @@
+// Serves the Hono app over HTTP, or HTTPS when given a certificate (auto-TLS or configured).
+import { createServer as createHttpsServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import type { SecureVersion } from 'node:tls';
+import { serve, type ServerType } from '@hono/node-server';
+import type { Hono } from 'hono';
+
+export interface TlsMaterial {
+  key: string;
+  cert: string;
+  minVersion: '1.2' | '1.3';
+  ciphers?: string;
+}
+
+export interface RunningServer {
+  port: number;
+  protocol: 'http' | 'https';
+  close(): Promise<void>;
+}
+
+function listen(app: Hono, host: string, port: number, tls?: TlsMaterial): Promise<ServerType> {
+  return new Promise((resolve, reject) => {
+    const server = serve({
+      fetch: app.fetch,
+      hostname: host,
+      port,
+      ...(tls
+        ? {
+            createServer: createHttpsServer,
+            serverOptions: {
+              key: tls.key,
+              cert: tls.cert,
+              minVersion: `TLSv${tls.minVersion}` as SecureVersion,
+              ...(tls.ciphers ? { ciphers: tls.ciphers } : {}),
+            },
+          }
+        : {}),
+    });
+    server.once('listening', () => resolve(server));
+    server.once('error', reject);
+  });
+}
+
+/** Listens on host:port; `::` falls back to `0.0.0.0` on a machine without IPv6, as IPA does. */
+export async function startServer(app: Hono, host: string, port: number, tls?: TlsMaterial): Promise<RunningServer> {
+  let server: ServerType;
+  try {
+    server = await listen(app, host, port, tls);
+  } catch (err) {
+    if (host !== '::' || (err as NodeJS.ErrnoException).code !== 'EAFNOSUPPORT') throw err;
+    server = await listen(app, '0.0.0.0', port, tls);
+  }
+  return {
+    port: (server.address() as AddressInfo).port,
+    protocol: tls ? 'https' : 'http',
+    close: () =>
+      new Promise((resolve) => {
+        server.close(() => resolve());
+        (server as { closeAllConnections?: () => void }).closeAllConnections?.();
+      }),
+  };
+}

@@ -1,0 +1,31 @@
+// The agent-token rule for the command routes. The token travels only as the `agent_token` query
+// parameter (first occurrence wins). POST always needs it once the agent holds one. GET stays open
+// until a GET arrives carrying the right token (Ironic 21.4 sends none on GET; newer Ironic always
+// does), unless `requireOnGet` makes it mandatory from the start. Without a token, only a standalone
+// agent serves commands.
+import type { MiddlewareHandler } from 'hono';
+import type { AgentState } from '../state.ts';
+import { FAULTS, fault } from './envelope.ts';
+
+export interface TokenPolicy {
+  standalone: boolean;
+  requireOnGet: boolean;
+}
+
+export function tokenCheck(state: AgentState, policy: TokenPolicy): MiddlewareHandler {
+  return async (c, next) => {
+    const held = state.agentToken;
+    const given = new URL(c.req.url).searchParams.get('agent_token');
+    let ok: boolean;
+    if (!held) {
+      ok = policy.standalone;
+    } else if (given) {
+      ok = given === held;
+      if (ok && c.req.method !== 'POST') state.getTokenSeen = true;
+    } else {
+      ok = c.req.method !== 'POST' && !policy.requireOnGet && !state.getTokenSeen;
+    }
+    if (!ok) return fault(c, 401, FAULTS.token);
+    await next();
+  };
+}

@@ -1,0 +1,198 @@
+// Runs `extension.method` commands one at a time and keeps every result, in order, for the process
+// lifetime (until a simulated reboot forgets them). The check order and result shapes are IPA's.
+import { randomUUID } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import {
+  AgentIsBusy,
+  InvalidCommandError,
+  InvalidContentError,
+  RequestedObjectNotFoundError,
+  VersionMismatch,
+  toCommandError,
+  type CommandErrorBody,
+} from '../errors.ts';
+import type { AgentServices, CommandSpec, CommandStatus, Extension, Params } from './types.ts';
+
+export interface CommandResultJson {
+  id: string;
+  command_name: string;
+  command_status: CommandStatus;
+  command_error: CommandErrorBody | null;
+  command_result: unknown;
+}
+
+export class CommandRecord {
+  readonly id = randomUUID();
+  status: CommandStatus = 'RUNNING';
+  error: CommandErrorBody | null = null;
+  result: unknown = null;
+  readonly startedAt = Date.now();
+  finishedAt?: number;
+  readonly done: Promise<void>;
+  private resolveDone!: () => void;
+
+  constructor(
+    public commandName: string,
+    readonly extension: string,
+  ) {
+    this.done = new Promise((resolve) => (this.resolveDone = resolve));
+  }
+
+  finish(status: CommandStatus, result: unknown, error: CommandErrorBody | null): void {
+    this.status = status;
+    this.result = result;
+    this.error = error;
+    this.finishedAt = Date.now();
+    this.resolveDone();
+  }
+
+  toJSON(): CommandResultJson {
+    return {
+      id: this.id,
+      command_name: this.commandName,
+      command_status: this.status,
+      command_error: this.error,
+      command_result: this.result,
+    };
+  }
+}
+
+/** IPA wraps string results: sync `{result: s}`, async `{result: "<method>: s"}`; null stays null. */
+function normaliseResult(value: unknown, method: string, mode: 'sync' | 'async'): unknown {
+  if (value === undefined || value === null) return null;
+  if (typeof value === 'string') return { result: mode === 'async' ? `${method}: ${value}` : value };
+  if (Buffer.isBuffer(value)) return { result: value.toString('utf8') };
+  return value;
+}
+
+/** A FIFO lock: sync commands hold it for their whole run, async ones until they are recorded. */
+class Lock {
+  private tail: Promise<void> = Promise.resolve();
+
+  async hold<T>(fn: () => Promise<T>): Promise<T> {
+    const previous = this.tail;
+    let release!: () => void;
+    this.tail = new Promise((resolve) => (release = resolve));
+    await previous;
+    try {
+      return await fn();
+    } finally {
+      release();
+    }
+  }
+}
+
+export interface ExecutorEvents {
+  /** An async command ended (either way): the conductor link heartbeats early on it. */
+  'async-done': [CommandRecord];
+  'change': [CommandRecord];
+}
+
+export class CommandExecutor extends EventEmitter<ExecutorEvents> {
+  private history: CommandRecord[] = [];
+  private readonly lock = new Lock();
+
+  constructor(
+    private readonly registry: Readonly<Record<string, Extension>>,
+    private readonly services: AgentServices,
+  ) {
+    super();
+  }
+
+  list(): readonly CommandRecord[] {
+    return this.history;
+  }
+
+  find(id: string): CommandRecord | undefined {
+    return this.history.find((r) => r.id === id);
+  }
+
+  current(): CommandRecord | undefined {
+    return this.history.at(-1);
+  }
+
+  /** A simulated reboot: the new "boot" starts with an empty history. */
+  reset(): void {
+    this.history = [];
+  }
+
+  /**
+   * Validates and starts a command. Throws an AgentError for the HTTP-level refusals (bad name, busy,
+   * unknown extension or method, bad params); anything a command itself raises becomes a FAILED result.
+   */
+  async submit(name: string, params: Params): Promise<CommandRecord> {
+    return this.lock.hold(async () => {
+      const dot = name.indexOf('.');
+      if (dot < 0) throw new InvalidCommandError('Command name must be of the form <extension>.<name>');
+      const extName = name.slice(0, dot);
+      const method = name.slice(dot + 1);
+
+      const last = this.current();
+      if (last?.status === 'RUNNING') throw new AgentIsBusy(last.commandName);
+
+      const extension = this.registry[extName];
+      if (!extension) throw new RequestedObjectNotFoundError('Extension', extName);
+      const spec = Object.hasOwn(extension, method) ? extension[method] : undefined;
+      if (!spec) throw new InvalidCommandError(`Unknown command: ${method}`);
+
+      if (spec.mode === 'sync') return this.runSync(spec, name, extName, method, params);
+      return this.startAsync(spec, extName, method, params);
+    });
+  }
+
+  private async runSync(
+    spec: CommandSpec,
+    fullName: string,
+    extName: string,
+    method: string,
+    params: Params,
+  ): Promise<CommandRecord> {
+    const record = new CommandRecord(method, extName);
+    const ctx = { ...this.services, progress: () => {} };
+    try {
+      const parsed = spec.parse(params);
+      const value = await spec.run(parsed, ctx);
+      record.finish('SUCCEEDED', normaliseResult(value, method, 'sync'), null);
+    } catch (err) {
+      if (err instanceof InvalidContentError) throw err;
+      // IPA records a failed sync command under its dotted name; Ironic reads it that way.
+      record.commandName = fullName;
+      record.finish('FAILED', null, toCommandError(err, 'keep-type'));
+      this.services.log.warn({ command: fullName, err: record.error }, 'command failed');
+    }
+    this.history.push(record);
+    this.emit('change', record);
+    return record;
+  }
+
+  private startAsync(spec: CommandSpec, extName: string, method: string, params: Params): CommandRecord {
+    const parsed = spec.parse(params);
+    const record = new CommandRecord(method, extName);
+    this.history.push(record);
+    const ctx = {
+      ...this.services,
+      progress: (report: unknown) => {
+        if (record.status !== 'RUNNING') return;
+        record.result = report;
+        this.emit('change', record);
+      },
+    };
+    const log = this.services.log;
+    log.info({ command: `${extName}.${method}`, id: record.id }, 'command started');
+    void (async () => {
+      try {
+        const value = await spec.run(parsed, ctx);
+        record.finish('SUCCEEDED', normaliseResult(value, method, 'async'), null);
+        log.info({ command: `${extName}.${method}`, id: record.id }, 'command succeeded');
+      } catch (err) {
+        const status = err instanceof VersionMismatch ? 'CLEAN_VERSION_MISMATCH' : 'FAILED';
+        record.finish(status, null, toCommandError(err, 'wrap'));
+        log.warn({ command: `${extName}.${method}`, id: record.id, err: record.error }, 'command failed');
+      }
+      this.emit('change', record);
+      this.emit('async-done', record);
+    })();
+    this.emit('change', record);
+    return record;
+  }
+}

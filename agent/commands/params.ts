@@ -1,0 +1,56 @@
+// Small typed readers for command params; every failure is an InvalidCommandParamsError naming the key.
+import { InvalidCommandParamsError } from '../errors.ts';
+import type { Params } from './types.ts';
+
+export function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+export function optObject(p: Params, key: string): Record<string, unknown> | undefined {
+  const v = p[key];
+  if (v === undefined || v === null) return undefined;
+  if (!isObject(v)) throw new InvalidCommandParamsError(`'${key}' must be an object`);
+  return v;
+}
+
+export function reqObject(p: Params, key: string): Record<string, unknown> {
+  const v = optObject(p, key);
+  if (v === undefined) throw new InvalidCommandParamsError(`'${key}' is required`);
+  return v;
+}
+
+export function optString(p: Params, key: string): string | undefined {
+  const v = p[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'string') throw new InvalidCommandParamsError(`'${key}' must be a string`);
+  return v;
+}
+
+export function reqString(p: Params, key: string): string {
+  const v = optString(p, key);
+  if (v === undefined || v === '') throw new InvalidCommandParamsError(`'${key}' is required`);
+  return v;
+}
+
+export function optBool(p: Params, key: string): boolean | undefined {
+  const v = p[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v === 'boolean') return v;
+  if (typeof v === 'string' && /^(true|false|1|0|yes|no)$/i.test(v)) return /^(true|1|yes)$/i.test(v);
+  throw new InvalidCommandParamsError(`'${key}' must be a boolean`);
+}
+
+export function optNumber(p: Params, key: string): number | undefined {
+  const v = p[key];
+  if (v === undefined || v === null) return undefined;
+  const n = typeof v === 'string' ? Number(v) : v;
+  if (typeof n !== 'number' || !Number.isFinite(n)) throw new InvalidCommandParamsError(`'${key}' must be a number`);
+  return n;
+}
+
+export function optArray(p: Params, key: string): unknown[] | undefined {
+  const v = p[key];
+  if (v === undefined || v === null) return undefined;
+  if (!Array.isArray(v)) throw new InvalidCommandParamsError(`'${key}' must be a list`);
+  return v;
+}

@@ -1,0 +1,40 @@
+// The shape of a command and what it may use. An extension is a table of commands; the registry is a
+// table of extensions. Each command parses its params once into a typed object, then runs.
+import type { Config } from '../config/config.ts';
+import type { HostActions } from '../host/host-actions.ts';
+import type { Logger } from '../log.ts';
+import type { DeviceGuard } from '../safety/device-guard.ts';
+import type { AgentState } from '../state.ts';
+
+/** Long-lived services every command may use; built once in main.ts (and by test harnesses). */
+export interface AgentServices {
+  config: Config;
+  log: Logger;
+  state: AgentState;
+  guard: DeviceGuard;
+  host: HostActions;
+}
+
+export interface CommandContext extends AgentServices {
+  /** While an async command runs, whatever it reports here is its `command_result`. */
+  progress(report: unknown): void;
+}
+
+export type Params = Record<string, unknown>;
+
+export interface CommandSpec<P = unknown> {
+  mode: 'sync' | 'async';
+  /** Throws an InvalidContentError subclass (HTTP 400, nothing recorded) on bad params. */
+  parse(params: Params): P;
+  run(params: P, ctx: CommandContext): unknown;
+}
+
+export function command<P>(spec: CommandSpec<P>): CommandSpec<P> {
+  return spec;
+}
+
+// Commands are heterogeneous in P; the registry only ever calls run(parse(x)).
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type Extension = Readonly<Record<string, CommandSpec<any>>>;
+
+export type CommandStatus = 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'CLEAN_VERSION_MISMATCH';

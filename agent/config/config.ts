@@ -1,0 +1,168 @@
+// The agent's one typed configuration, built once at start from the kernel command line and flags.
+// Every IPA kernel parameter we understand is also a flag of the same name; flags win.
+import { readFileSync } from 'node:fs';
+import { parseFlags, parseKernelCmdline } from './sources.ts';
+import { ConfigError, ParamReader } from './reader.ts';
+
+export type HashAlgo = 'md5' | 'sha256' | 'sha512';
+export type TlsVersion = '1.2' | '1.3';
+
+export interface Config {
+  apiUrls: string[];
+  standalone: boolean;
+  debug: boolean;
+  globalRequestId?: string;
+  listen: { host: string; port: number };
+  advertise: { host?: string; port: number; protocol: 'http' | 'https' };
+  networkInterface?: string;
+  bootifMac?: string;
+  tls: {
+    insecure: boolean;
+    caFile?: string;
+    minVersion: TlsVersion;
+    cipherSuites?: string;
+    certificateCurve: 'p256' | 'p384' | 'p521';
+    autoTls: boolean;
+  };
+  token: { agentToken?: string; requireOnGet: boolean };
+  lookup: {
+    timeoutS: number;
+    intervalS: number;
+    ipLookupAttempts: number;
+    ipLookupSleepS: number;
+    httpRequestTimeoutS: number;
+    ironicApiVersion?: string;
+    nicWaitS: number;
+  };
+  hardwareInitDelayS: number;
+  disks: {
+    allowlist: string[] | null;
+    waitAttempts: number;
+    waitDelayS: number;
+    skipBlockDevices: string[];
+  };
+  image: {
+    connectTimeoutS: number;
+    retries: number;
+    retryIntervalS: number;
+    maxDurationS: number;
+    md5Enabled: boolean;
+    permittedFormats: string[];
+    disableDeepInspection: boolean;
+    convertMemoryLimitMiB: number;
+    bufferDir: string;
+  };
+  erase: { randomPasses: number; finalZeroPass: boolean; discardFirst: boolean };
+  hostActions: 'simulated' | 'real';
+  simulatedRebootDelayS: number;
+  logFile?: string;
+  console: { device?: string; shell: boolean };
+  ignoreBootloaderFailure: boolean;
+}
+
+const API_URL = /^(mdns|https?:\/\/.+)$/;
+
+export function buildConfig(kernel: ReadonlyMap<string, string>, flags: ReadonlyMap<string, string>): Config {
+  const merged = new Map([...kernel, ...flags]);
+  const r = new ParamReader(merged, (name) => (flags.has(name) ? `flag --${name}` : `kernel parameter ${name}`));
+
+  const apiUrls = r.list('ipa-api-url').map((u) => u.replace(/\/+$/, ''));
+  for (const u of apiUrls) r.check('ipa-api-url', u, API_URL.test(u), 'expected http(s)://host[:port][/path] or mdns');
+  const allow = r.list('device-allowlist');
+  for (const d of allow) r.check('device-allowlist', d, d.startsWith('/dev/'), 'expected /dev/... paths');
+
+  const config: Config = {
+    apiUrls,
+    standalone: r.bool('standalone', false),
+    debug: r.bool('ipa-debug', false),
+    globalRequestId: r.str('ipa-global-request-id'),
+    listen: {
+      host: r.str('ipa-listen-host', '::'),
+      port: r.num('ipa-listen-port', 9999, { integer: true, min: 0, max: 65535 }),
+    },
+    advertise: {
+      host: r.str('ipa-advertise-host'),
+      port: r.num('ipa-advertise-port', 9999, { integer: true, min: 1, max: 65535 }),
+      protocol: r.oneOf('ipa-advertise-protocol', ['http', 'https'] as const, 'http'),
+    },
+    networkInterface: r.str('ipa-network-interface'),
+    bootifMac: parseBootif(r.str('BOOTIF')),
+    tls: {
+      insecure: r.bool('ipa-insecure', false),
+      caFile: r.str('ipa-cafile'),
+      minVersion: r.oneOf('ipa-tls-min-version', ['1.2', '1.3'] as const, '1.2'),
+      cipherSuites: r.str('ipa-tls-cipher-suites'),
+      certificateCurve: r.oneOf('ipa-tls-certificate-curve', ['p256', 'p384', 'p521'] as const, 'p384'),
+      autoTls: r.bool('ipa-enable-auto-tls', true),
+    },
+    token: {
+      agentToken: r.str('ipa-agent-token'),
+      requireOnGet: r.bool('ipa-require-token-on-get', false),
+    },
+    lookup: {
+      timeoutS: r.num('ipa-lookup-timeout', 600, { min: 0 }),
+      intervalS: r.num('ipa-lookup-interval', 1, { min: 0 }),
+      ipLookupAttempts: r.num('ipa-ip-lookup-attempts', 6, { integer: true, min: 1 }),
+      ipLookupSleepS: r.num('ipa-ip-lookup-timeout', 10, { min: 0 }),
+      httpRequestTimeoutS: r.num('ipa-http-request-timeout', 30, { min: 1 }),
+      ironicApiVersion: r.str('ipa-ironic-api-version'),
+      nicWaitS: r.num('ipa-nic-wait-timeout', 60, { min: 0 }),
+    },
+    hardwareInitDelayS: r.num('ipa-hardware-initialization-delay', 0, { min: 0 }),
+    disks: {
+      allowlist: allow.length > 0 ? allow : null,
+      waitAttempts: r.num('ipa-disk-wait-attempts', 10, { integer: true, min: 1 }),
+      waitDelayS: r.num('ipa-disk-wait-delay', 3, { min: 0 }),
+      skipBlockDevices: r.list('ipa-skip-block-devices'),
+    },
+    image: {
+      connectTimeoutS: r.num('ipa-image-download-connection-timeout', 60, { min: 0.1 }),
+      retries: r.num('ipa-image-download-connection-retries', 9, { integer: true, min: 0 }),
+      retryIntervalS: r.num('ipa-image-download-connection-retry-interval', 10, { min: 0 }),
+      maxDurationS: r.num('ipa-image-download-max-duration', 0, { min: 0 }),
+      md5Enabled: r.bool('ipa-md5-enabled', true),
+      permittedFormats: r.list('ipa-permitted-image-formats', ['raw', 'qcow2']),
+      disableDeepInspection: r.bool('ipa-disable-deep-image-inspection', false),
+      convertMemoryLimitMiB: r.num('ipa-image-convert-memory-limit', 2048, { integer: true, min: 64 }),
+      bufferDir: r.str('ipa-image-buffer-dir', '/tmp'),
+    },
+    erase: {
+      randomPasses: r.num('ipa-erase-random-passes', 1, { integer: true, min: 0 }),
+      finalZeroPass: r.bool('ipa-erase-final-zero-pass', true),
+      discardFirst: r.bool('ipa-erase-discard', true),
+    },
+    hostActions: r.oneOf('host-actions', ['simulated', 'real'] as const, 'simulated'),
+    simulatedRebootDelayS: r.num('simulated-reboot-delay', 2, { min: 0 }),
+    logFile: r.str('log-file'),
+    console: { device: r.str('console-device'), shell: r.bool('ina-console-shell', false) },
+    ignoreBootloaderFailure: r.bool('ipa-ignore-bootloader-failure', false),
+  };
+  r.str('kernel-cmdline');
+
+  const unknown = r.unread(flags.keys());
+  if (unknown.length > 0) throw new ConfigError(`unknown flag --${unknown[0]}`);
+  if (!config.standalone && apiUrls.length === 0) {
+    throw new ConfigError('no conductor: give ipa-api-url (kernel parameter or flag) or --standalone');
+  }
+  return config;
+}
+
+/** PXE's BOOTIF is `01-aa-bb-cc-dd-ee-ff` (hardware type, then the MAC). */
+function parseBootif(value: string | undefined): string | undefined {
+  if (!value) return undefined;
+  const mac = value.toLowerCase().replace(/^01-/, '').replaceAll('-', ':');
+  return /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/.test(mac) ? mac : undefined;
+}
+
+/** Reads the kernel command line (or the file `--kernel-cmdline` names) and the flags. */
+export function loadConfig(argv: readonly string[]): Config {
+  const flags = parseFlags(argv);
+  const cmdlineFile = flags.get('kernel-cmdline') ?? '/proc/cmdline';
+  let text: string;
+  try {
+    text = readFileSync(cmdlineFile, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`flag --kernel-cmdline=${cmdlineFile}: cannot read (${(err as Error).message})`);
+  }
+  return buildConfig(parseKernelCmdline(text), flags);
+}

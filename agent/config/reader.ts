@@ -1,0 +1,74 @@
+// Typed reads over the merged parameter map. Each read remembers the name, so that a flag nobody
+// reads can be reported as unknown; each bad value fails with a one-line error naming the parameter.
+
+export class ConfigError extends Error {}
+
+const TRUE = new Set(['1', 'true', 'yes', 'on', 't', 'y']);
+const FALSE = new Set(['0', 'false', 'no', 'off', 'f', 'n', '']);
+
+export class ParamReader {
+  private readonly read = new Set<string>();
+
+  constructor(
+    private readonly values: ReadonlyMap<string, string>,
+    private readonly origin: (name: string) => string,
+  ) {}
+
+  private raw(name: string): string | undefined {
+    this.read.add(name);
+    return this.values.get(name);
+  }
+
+  private fail(name: string, value: string, want: string): never {
+    throw new ConfigError(`${this.origin(name)}=${JSON.stringify(value)}: ${want}`);
+  }
+
+  str(name: string): string | undefined;
+  str(name: string, fallback: string): string;
+  str(name: string, fallback?: string): string | undefined {
+    const v = this.raw(name);
+    return v === undefined || v === '' ? fallback : v;
+  }
+
+  bool(name: string, fallback: boolean): boolean {
+    const v = this.raw(name);
+    if (v === undefined) return fallback;
+    const low = v.toLowerCase();
+    if (TRUE.has(low)) return true;
+    if (FALSE.has(low)) return false;
+    return this.fail(name, v, 'expected a boolean (1/0, true/false, yes/no, on/off)');
+  }
+
+  num(name: string, fallback: number, opts: { min?: number; max?: number; integer?: boolean } = {}): number {
+    const v = this.raw(name);
+    if (v === undefined || v === '') return fallback;
+    const n = Number(v);
+    if (!Number.isFinite(n)) return this.fail(name, v, 'expected a number');
+    if (opts.integer && !Number.isInteger(n)) return this.fail(name, v, 'expected a whole number');
+    if (opts.min !== undefined && n < opts.min) return this.fail(name, v, `must be at least ${opts.min}`);
+    if (opts.max !== undefined && n > opts.max) return this.fail(name, v, `must be at most ${opts.max}`);
+    return n;
+  }
+
+  oneOf<T extends string>(name: string, choices: readonly T[], fallback: T): T {
+    const v = this.raw(name);
+    if (v === undefined || v === '') return fallback;
+    if ((choices as readonly string[]).includes(v)) return v as T;
+    return this.fail(name, v, `expected one of ${choices.join(', ')}`);
+  }
+
+  list(name: string, fallback: string[] = []): string[] {
+    const v = this.raw(name);
+    if (v === undefined || v === '') return fallback;
+    return v.split(',').map((s) => s.trim()).filter((s) => s !== '');
+  }
+
+  check(name: string, value: string, ok: boolean, want: string): void {
+    if (!ok) this.fail(name, value, want);
+  }
+
+  /** Names present in `names` that no read asked for. */
+  unread(names: Iterable<string>): string[] {
+    return [...names].filter((n) => !this.read.has(n));
+  }
+}

@@ -1,0 +1,138 @@
+// Typed errors and their one mapping to IPA's wire shapes: `command_error` inside a result, and the
+// `{faultcode, faultstring}` envelope of an HTTP error. Class names are the wire `type`, so keep IPA's names.
+
+export interface CommandErrorBody {
+  type: string;
+  code: number;
+  message: string;
+  details: string;
+}
+
+export class AgentError extends Error {
+  /** The class-level summary IPA puts in `message`; `details` says what happened this time. */
+  static summary = 'An error occurred';
+  static httpCode = 500;
+  readonly details: string;
+
+  constructor(details?: string) {
+    const ctor = new.target as typeof AgentError;
+    super(details ?? ctor.summary);
+    this.details = details ?? ctor.summary;
+    this.name = ctor.name;
+  }
+
+  get code(): number {
+    return (this.constructor as typeof AgentError).httpCode;
+  }
+
+  get summary(): string {
+    return (this.constructor as typeof AgentError).summary;
+  }
+
+  toCommandError(): CommandErrorBody {
+    return { type: this.name, code: this.code, message: this.summary, details: this.details };
+  }
+
+  /** IPA's faultstring for a RESTError raised out of a handler. */
+  get faultstring(): string {
+    return `${this.summary}: ${this.details}`;
+  }
+}
+
+// 400 family: bad requests. Raised before a command is recorded, they become HTTP errors.
+export class InvalidContentError extends AgentError {
+  static override summary = 'Invalid request body';
+  static override httpCode = 400;
+}
+export class InvalidCommandError extends InvalidContentError {
+  static override summary = 'Invalid command';
+}
+export class InvalidCommandParamsError extends InvalidContentError {
+  static override summary = 'Invalid command parameters';
+}
+
+export class NotFound extends AgentError {
+  static override summary = 'Not found';
+  static override httpCode = 404;
+}
+export class RequestedObjectNotFoundError extends NotFound {
+  constructor(kind: string, id: string) {
+    super(`${kind} with id ${id} not found.`);
+  }
+}
+export class DeviceNotFound extends NotFound {
+  static override summary = 'Error finding root device';
+}
+
+export class CommandExecutionError extends AgentError {
+  static override summary = 'Command execution failed';
+}
+export class AgentIsBusy extends CommandExecutionError {
+  static override summary = 'Agent is busy';
+  static override httpCode = 409;
+  constructor(commandName: string) {
+    super(`executing command ${commandName}`);
+  }
+}
+export class VersionMismatch extends AgentError {
+  static override summary = 'Hardware managers version mismatch, reload agent with correct version';
+  static override httpCode = 409;
+}
+
+export class ImageDownloadError extends AgentError {
+  static override summary = 'Error downloading image';
+}
+export class ImageDownloadTimeoutError extends AgentError {
+  static override summary = 'Timeout reached while downloading image';
+  static override httpCode = 408;
+}
+export class ImageChecksumError extends AgentError {
+  static override summary = 'Error verifying image checksum';
+}
+export class ImageWriteError extends AgentError {
+  static override summary = 'Error writing image to device';
+}
+export class InvalidImage extends AgentError {
+  static override summary = 'The provided image is not valid for use';
+}
+export class ConfigDriveError extends AgentError {
+  static override summary = 'Error writing configdrive to device';
+}
+export class DeploymentError extends AgentError {
+  static override summary = 'Deploy step failed';
+}
+export class CleaningError extends AgentError {
+  static override summary = 'Clean step failed';
+}
+export class BlockDeviceError extends AgentError {
+  static override summary = 'Block device caused unknown error';
+}
+export class BlockDeviceEraseError extends AgentError {
+  static override summary = 'Error erasing block device';
+}
+export class ProtectedDeviceError extends AgentError {
+  static override summary = 'Refusing to touch a protected device';
+}
+export class SystemRebootError extends AgentError {
+  static override summary = 'Error rebooting system';
+}
+export class IncompatibleHardwareMethodError extends AgentError {
+  static override summary = 'HardwareManager method is not compatible with hardware';
+}
+/** An external tool is missing or failed; details carry the command line, exit code and stderr. */
+export class ToolError extends CommandExecutionError {}
+
+/** Any thrown value as a command error: our own errors keep their type, anything else is wrapped. */
+export function toCommandError(err: unknown, wrap: 'wrap' | 'keep-type'): CommandErrorBody {
+  if (err instanceof AgentError) return err.toCommandError();
+  const text = err instanceof Error ? err.message : String(err);
+  if (wrap === 'keep-type' && err instanceof Error) {
+    return { type: err.name || 'Error', code: 500, message: CommandExecutionError.summary, details: text };
+  }
+  return new CommandExecutionError(text).toCommandError();
+}
+
+export function errorText(err: unknown): string {
+  if (err instanceof AgentError) return err.details;
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,58 @@
+// The one way the agent runs external tools: execa with logging, a timeout, and errors that name the
+// command, exit code and stderr, so a failed sgdisk reads as such in `command_error.details`.
+import { execa, type Options, type ResultPromise } from 'execa';
+import { ToolError } from './errors.ts';
+import type { Logger } from './log.ts';
+
+export interface RunOptions {
+  input?: string | Buffer;
+  timeoutMs?: number;
+  /** Exit codes that are not failures (e.g. `sgdisk -v` returns non-zero on warnings). */
+  okCodes?: number[];
+  env?: Record<string, string>;
+  log?: Logger;
+}
+
+export interface RunResult {
+  stdout: string;
+  stderr: string;
+  exitCode: number;
+}
+
+export function commandLine(file: string, args: readonly string[]): string {
+  return [file, ...args].map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : JSON.stringify(a))).join(' ');
+}
+
+export async function run(file: string, args: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
+  const line = commandLine(file, args);
+  opts.log?.debug({ cmd: line }, 'exec');
+  const result = await execa(file, args, {
+    input: opts.input,
+    timeout: opts.timeoutMs ?? 300_000,
+    reject: false,
+    env: opts.env,
+    stripFinalNewline: true,
+    encoding: 'utf8',
+  });
+  const exitCode = result.exitCode ?? -1;
+  if (result.failed && (result.exitCode === undefined || !(opts.okCodes ?? []).includes(exitCode))) {
+    const why = result.timedOut
+      ? 'timed out'
+      : (result.cause as NodeJS.ErrnoException | undefined)?.code === 'ENOENT'
+        ? 'not installed'
+        : `exit code ${exitCode}`;
+    const stderr = String(result.stderr ?? '').trim().slice(0, 2000);
+    throw new ToolError(`${line} failed (${why})${stderr ? `: ${stderr}` : ''}`);
+  }
+  return { stdout: String(result.stdout ?? ''), stderr: String(result.stderr ?? ''), exitCode };
+}
+
+/** A long-running tool whose stdio the caller wires into a stream pipeline (zstd, xz, qemu-img). */
+export function spawnTool(file: string, args: readonly string[], opts: Options = {}): ResultPromise {
+  return execa(file, args, { buffer: false, ...opts });
+}
+
+export async function hasTool(file: string): Promise<boolean> {
+  const r = await execa('sh', ['-c', `command -v ${file}`], { reject: false });
+  return r.exitCode === 0;
+}

@@ -1,0 +1,67 @@
+// The only code that powers the machine off or reboots it. Real only with `--host-actions=real`
+// (the ramdisk's init passes it); everywhere else the action is simulated: the agent behaves as if it
+// had just booted again (forgets token and history, looks itself up anew), and the host is untouched.
+import { EventEmitter } from 'node:events';
+import { writeFile } from 'node:fs/promises';
+import { SystemRebootError, errorText } from '../errors.ts';
+import { run } from '../exec.ts';
+import type { Logger } from '../log.ts';
+
+export type PowerAction = 'poweroff' | 'reboot';
+
+export interface HostActionEvents {
+  /** A simulated power-off or reboot happened; main.ts restarts the agent's "boot" on it. */
+  'simulated-restart': [PowerAction];
+}
+
+export class HostActions extends EventEmitter<HostActionEvents> {
+  constructor(
+    readonly mode: 'simulated' | 'real',
+    private readonly log: Logger,
+  ) {
+    super();
+  }
+
+  /** Flushes filesystem buffers; `sync` failing is an error, dropping caches is best effort. */
+  async sync(devices: readonly string[] = []): Promise<void> {
+    await run('sync', [], { log: this.log });
+    if (this.mode === 'real') {
+      await writeFile('/proc/sys/vm/drop_caches', '3').catch((e) => this.log.warn({ err: errorText(e) }, 'drop_caches failed'));
+    }
+    for (const dev of devices) {
+      await run('blockdev', ['--flushbufs', dev], { log: this.log }).catch((e) =>
+        this.log.warn({ dev, err: errorText(e) }, 'flushbufs failed'),
+      );
+    }
+  }
+
+  /**
+   * Powers off or reboots after `delayMs`, so that the command's result reaches the conductor first.
+   * Returns at once; failures of the real action are logged (the conductor then sees a live agent).
+   */
+  schedule(action: PowerAction, delayMs = 1000): void {
+    this.log.info({ action, mode: this.mode }, 'power action scheduled');
+    setTimeout(() => {
+      this.perform(action).catch((err) => this.log.error({ action, err: errorText(err) }, 'power action failed'));
+    }, delayMs).unref();
+  }
+
+  private async perform(action: PowerAction): Promise<void> {
+    if (this.mode === 'simulated') {
+      this.emit('simulated-restart', action);
+      return;
+    }
+    await this.sync().catch((e) => this.log.warn({ err: errorText(e) }, 'sync before power action failed'));
+    try {
+      const r = await run(action, ['-f'], { log: this.log });
+      if (!/ignoring request/i.test(r.stderr)) return;
+    } catch (err) {
+      this.log.warn({ action, err: errorText(err) }, `${action} failed, using sysrq`);
+    }
+    try {
+      await writeFile('/proc/sysrq-trigger', action === 'poweroff' ? 'o' : 'b');
+    } catch (err) {
+      throw new SystemRebootError(`${action} failed and the sysrq fallback failed too: ${errorText(err)}`);
+    }
+  }
+}

@@ -1,0 +1,41 @@
+// One logger for the agent (pino). Lines go to stdout, to an optional file, and into a ring buffer
+// that the serial console and `log.collect_system_logs` read, so logs exist even with no disk.
+import { createWriteStream } from 'node:fs';
+import { Writable } from 'node:stream';
+import pino, { type Logger } from 'pino';
+
+export type { Logger };
+
+export class LogRing extends Writable {
+  private readonly lines: string[] = [];
+
+  constructor(private readonly capacity = 5000) {
+    super({ decodeStrings: false });
+  }
+
+  override _write(chunk: string | Buffer, _enc: BufferEncoding, done: () => void): void {
+    for (const line of chunk.toString().split('\n')) {
+      if (line === '') continue;
+      this.lines.push(line);
+      if (this.lines.length > this.capacity) this.lines.shift();
+    }
+    done();
+  }
+
+  tail(n = this.capacity): string[] {
+    return this.lines.slice(-n);
+  }
+}
+
+export const logRing = new LogRing();
+
+export function createLogger(opts: { debug: boolean; file?: string; quiet?: boolean }): Logger {
+  const level = opts.debug ? 'debug' : 'info';
+  const streams: pino.StreamEntry[] = [{ level, stream: logRing }];
+  if (!opts.quiet) streams.push({ level, stream: process.stdout });
+  if (opts.file) streams.push({ level, stream: createWriteStream(opts.file, { flags: 'a' }) });
+  return pino({ level, base: { svc: 'ironic-node-agent' } }, pino.multistream(streams));
+}
+
+/** A silent logger for unit tests of modules that take one. */
+export const nullLogger: Logger = pino({ level: 'silent' });

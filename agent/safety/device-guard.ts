@@ -1,0 +1,150 @@
+// The one place that decides whether a block device may be chosen or written. Every write path asks
+// `assertWritable` first. A device is protected when it, a partition of it, or anything stacked on it
+// (dm, md, loop holders) is mounted or used as swap — which covers the root filesystem — or when an
+// allow-list is configured and neither it nor its parent disk is on it.
+import { readFile, readdir, readlink, realpath, stat } from 'node:fs/promises';
+import { basename } from 'node:path';
+import { ProtectedDeviceError } from '../errors.ts';
+
+export interface GuardVerdict {
+  ok: boolean;
+  reason?: string;
+}
+
+export interface GuardPaths {
+  mountinfo: string;
+  swaps: string;
+  sysClassBlock: string;
+  sysDevBlock: string;
+}
+
+const SYSTEM_PATHS: GuardPaths = {
+  mountinfo: '/proc/self/mountinfo',
+  swaps: '/proc/swaps',
+  sysClassBlock: '/sys/class/block',
+  sysDevBlock: '/sys/dev/block',
+};
+
+async function readText(path: string): Promise<string> {
+  try {
+    return await readFile(path, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+async function listDir(path: string): Promise<string[]> {
+  try {
+    return await readdir(path);
+  } catch {
+    return [];
+  }
+}
+
+export class DeviceGuard {
+  private readonly allowlist: string[] | null;
+
+  constructor(allowlist: readonly string[] | null, private readonly paths: GuardPaths = SYSTEM_PATHS) {
+    this.allowlist = allowlist ? [...allowlist] : null;
+  }
+
+  get hasAllowlist(): boolean {
+    return this.allowlist !== null;
+  }
+
+  /** Kernel block-device name (`loop3`, `vda1`) for a `/dev/...` path, following symlinks. */
+  async kernelName(devPath: string): Promise<string> {
+    let real: string;
+    try {
+      real = await realpath(devPath);
+    } catch {
+      throw new ProtectedDeviceError(`${devPath}: no such device`);
+    }
+    const st = await stat(real);
+    if (!st.isBlockDevice()) throw new ProtectedDeviceError(`${devPath}: not a block device`);
+    const major = Math.floor(st.rdev / 256) & 0xfff;
+    const minor = (st.rdev & 0xff) | ((st.rdev >> 12) & 0xfff00);
+    const link = await readlink(`${this.paths.sysDevBlock}/${major}:${minor}`).catch(() => null);
+    return link ? basename(link) : basename(real);
+  }
+
+  /** The whole disk a partition belongs to (itself for a disk). */
+  private async parentDisk(name: string): Promise<string> {
+    const isPartition = (await readText(`${this.paths.sysClassBlock}/${name}/partition`)).trim() !== '';
+    if (!isPartition) return name;
+    const link = await readlink(`${this.paths.sysClassBlock}/${name}`).catch(() => null);
+    return link ? basename(link.replace(/\/[^/]+$/, '')) : name;
+  }
+
+  private async devNameOf(majMin: string): Promise<string | null> {
+    const link = await readlink(`${this.paths.sysDevBlock}/${majMin}`).catch(() => null);
+    return link ? basename(link) : null;
+  }
+
+  /** Block devices that are in use right now: mounted filesystems and active swap. */
+  private async inUse(): Promise<Map<string, string>> {
+    const used = new Map<string, string>();
+    for (const line of (await readText(this.paths.mountinfo)).split('\n')) {
+      const fields = line.split(' ');
+      if (fields.length < 5) continue;
+      const sep = fields.indexOf('-');
+      const source = sep > 0 ? fields[sep + 2] : undefined;
+      // st_dev names the device for most filesystems; the source path catches btrfs-like anonymous ones.
+      const names = [await this.devNameOf(fields[2]!)];
+      if (source?.startsWith('/dev/')) names.push(await this.kernelName(source).catch(() => null));
+      for (const name of names) if (name && !used.has(name)) used.set(name, `mounted at ${fields[4]}`);
+    }
+    for (const line of (await readText(this.paths.swaps)).split('\n').slice(1)) {
+      const dev = line.split(/\s+/)[0];
+      if (!dev?.startsWith('/dev/')) continue;
+      const name = await this.kernelName(dev).catch(() => null);
+      if (name) used.set(name, 'in use as swap');
+    }
+    return used;
+  }
+
+  /** Every device below a used one (its parent disk, its slaves, theirs), with a sentence saying why. */
+  private async protectedSet(): Promise<Map<string, string>> {
+    const out = new Map<string, string>();
+    const visit = async (name: string, why: string, use: string): Promise<void> => {
+      if (out.has(name)) return;
+      out.set(name, why);
+      const parent = await this.parentDisk(name);
+      if (parent !== name) await visit(parent, `holds ${name}, which is ${use}`, use);
+      for (const slave of await listDir(`${this.paths.sysClassBlock}/${name}/slaves`)) {
+        await visit(slave, `is under ${name}, which is ${use}`, use);
+      }
+    };
+    for (const [name, use] of await this.inUse()) await visit(name, `is ${use}`, use);
+    return out;
+  }
+
+  private async allowed(name: string): Promise<boolean> {
+    if (!this.allowlist) return true;
+    const disk = await this.parentDisk(name);
+    for (const entry of this.allowlist) {
+      const allowedName = await this.kernelName(entry).catch(() => null);
+      if (allowedName === name || allowedName === disk) return true;
+    }
+    return false;
+  }
+
+  async verdict(devPath: string): Promise<GuardVerdict> {
+    let name: string;
+    try {
+      name = await this.kernelName(devPath);
+    } catch (err) {
+      return { ok: false, reason: (err as Error).message.replace(`${devPath}: `, '') };
+    }
+    if (!(await this.allowed(name))) return { ok: false, reason: 'it is not on the device allow-list' };
+    const reason = (await this.protectedSet()).get(name);
+    if (reason) return { ok: false, reason: `it ${reason}` };
+    return { ok: true };
+  }
+
+  /** Throws ProtectedDeviceError naming the device and why, unless it may be written now. */
+  async assertWritable(devPath: string, purpose: string): Promise<void> {
+    const v = await this.verdict(devPath);
+    if (!v.ok) throw new ProtectedDeviceError(`refusing to ${purpose} ${devPath}: ${v.reason}`);
+  }
+}

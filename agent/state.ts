@@ -1,0 +1,55 @@
+// What the agent knows about itself at run time, shared by the API, the conductor link and the
+// console. It changes through `update`, which tells listeners (the console redraws on it).
+import { EventEmitter } from 'node:events';
+
+export interface HeartbeatInfo {
+  at: number;
+  ok: boolean;
+  status: string;
+}
+
+/** The node as the conductor's lookup returned it (only the parts the agent reads are typed). */
+export interface NodeInfo {
+  uuid: string;
+  properties: Record<string, unknown>;
+  instance_info: Record<string, unknown>;
+  driver_internal_info: Record<string, unknown>;
+  [key: string]: unknown;
+}
+
+export interface AgentStatus {
+  startedAt: number;
+  version: string;
+  conductorUrl?: string;
+  node?: NodeInfo;
+  callbackUrl?: string;
+  lastHeartbeat?: HeartbeatInfo;
+  phase: string;
+}
+
+export class AgentState extends EventEmitter {
+  status: AgentStatus;
+  private token: string | null;
+  /** Once a GET carried the valid token, GETs must carry it (Ironic 21.4 sends none, newer ones do). */
+  getTokenSeen = false;
+
+  constructor(version: string, initialToken: string | null) {
+    super();
+    this.status = { startedAt: Date.now() / 1000, version, phase: 'starting' };
+    this.token = initialToken;
+  }
+
+  update(patch: Partial<AgentStatus>): void {
+    this.status = { ...this.status, ...patch };
+    this.emit('change', this.status);
+  }
+
+  get agentToken(): string | null {
+    return this.token;
+  }
+
+  setToken(token: string | null): void {
+    this.token = token;
+    this.getTokenSeen = false;
+  }
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what the agent, its tests and its demo need, when missing: npm packages and Debian tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -x node_modules/.bin/vitest ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+# command -> Debian package
+declare -A tools=(
+  [sgdisk]=gdisk [parted]=parted [qemu-img]=qemu-utils [mkfs.vfat]=dosfstools [mcopy]=mtools
+  [genisoimage]=genisoimage [mkfs.ext4]=e2fsprogs [losetup]=mount [wipefs]=util-linux [blkid]=util-linux
+  [zstd]=zstd [xz]=xz-utils [sfdisk]=fdisk [partprobe]=parted [blkdiscard]=util-linux [curl]=curl
+)
+missing=()
+for cmd in "${!tools[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${tools[$cmd]}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  mapfile -t pkgs < <(printf '%s\n' "${missing[@]}" | sort -u)
+  echo "installing Debian packages: ${pkgs[*]}" >&2
+  if [ "$(id -u)" -ne 0 ]; then echo "need root to apt-get install ${pkgs[*]}" >&2; exit 1; fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+fi
