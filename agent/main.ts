@@ -4,6 +4,7 @@ import { loadConfig, type Config } from './config/config.ts';
 import { ConfigError } from './config/reader.ts';
 import { FlagSyntaxError } from './config/sources.ts';
 import { createLogger } from './log.ts';
+import { mirrorStatus } from './status-file.ts';
 
 function readConfig(): Config {
   try {
@@ -29,6 +30,7 @@ async function main(): Promise<void> {
     state.setToken(config.token.agentToken ?? null);
   });
 
+  if (config.statusFile) mirrorStatus(config.statusFile, state, agent.executor);
   const server = await agent.listen();
   state.update({ phase: 'serving' });
   log.info({ port: server.port, standalone: config.standalone, allowlist: config.disks.allowlist }, 'agent API listening');

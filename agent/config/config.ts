@@ -56,6 +56,7 @@ export interface Config {
   hostActions: 'simulated' | 'real';
   simulatedRebootDelayS: number;
   logFile?: string;
+  statusFile?: string;
   console: { device?: string; shell: boolean };
   ignoreBootloaderFailure: boolean;
 }
@@ -134,6 +135,7 @@ export function buildConfig(kernel: ReadonlyMap<string, string>, flags: Readonly
     hostActions: r.oneOf('host-actions', ['simulated', 'real'] as const, 'simulated'),
     simulatedRebootDelayS: r.num('simulated-reboot-delay', 2, { min: 0 }),
     logFile: r.str('log-file'),
+    statusFile: r.str('status-file'),
     console: { device: r.str('console-device'), shell: r.bool('ina-console-shell', false) },
     ignoreBootloaderFailure: r.bool('ipa-ignore-bootloader-failure', false),
   };

@@ -1,0 +1,43 @@
+// Mirrors the agent's state and command list into a JSON file, rewritten (atomically) on change, so
+// that the serial console — a separate process that must survive an agent crash — can show them.
+import { rename, writeFile } from 'node:fs/promises';
+import type { CommandExecutor } from './commands/executor.ts';
+import type { AgentState } from './state.ts';
+
+export interface StatusFile {
+  written_at: number;
+  status: AgentState['status'];
+  commands: { id: string; name: string; status: string; started_at: number; finished_at?: number; result: unknown; error: unknown }[];
+}
+
+export function mirrorStatus(path: string, state: AgentState, executor: CommandExecutor): void {
+  let pending: NodeJS.Timeout | undefined;
+  let writing = Promise.resolve();
+  const write = () => {
+    pending = undefined;
+    const doc: StatusFile = {
+      written_at: Date.now() / 1000,
+      status: state.status,
+      commands: executor.list().map((r) => ({
+        id: r.id,
+        name: `${r.extension}.${r.commandName.replace(/^[^.]+\./, '')}`,
+        status: r.status,
+        started_at: r.startedAt / 1000,
+        finished_at: r.finishedAt ? r.finishedAt / 1000 : undefined,
+        result: r.result,
+        error: r.error,
+      })),
+    };
+    writing = writing
+      .then(() => writeFile(`${path}.tmp`, JSON.stringify(doc)))
+      .then(() => rename(`${path}.tmp`, path))
+      .catch(() => undefined);
+  };
+  // Progress reports can arrive many times a second; the console redraws about once a second anyway.
+  const schedule = () => {
+    pending ??= setTimeout(write, 250);
+  };
+  state.on('change', schedule);
+  executor.on('change', schedule);
+  write();
+}
