@@ -1,0 +1,4 @@
+// clean: filled in by its issue.
+import type { Extension } from '../types.ts';
+
+export const clean: Extension = {};

@@ -1,0 +1,4 @@
+// deploy: filled in by its issue.
+import type { Extension } from '../types.ts';
+
+export const deploy: Extension = {};

@@ -1,0 +1,4 @@
+// log: filled in by its issue.
+import type { Extension } from '../types.ts';
+
+export const log: Extension = {};
