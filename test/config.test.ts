@@ -1,0 +1,67 @@
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { describe, expect, it } from 'vitest';
+import { buildConfig, loadConfig } from '../agent/config/config.ts';
+import { parseFlags, parseKernelCmdline } from '../agent/config/sources.ts';
+
+const build = (kernel: string, flags: string[] = []) => buildConfig(parseKernelCmdline(kernel), parseFlags(flags));
+
+describe('configuration', () => {
+  it('reads IPA kernel parameters and ignores unrelated ones', () => {
+    const c = build(
+      'BOOT_IMAGE=/vmlinuz console=ttyS0 quiet ipa-api-url=http://10.0.0.1:6385/ ipa-debug=1 ' +
+        'ipa-lookup-timeout=30 BOOTIF=01-52-54-00-AB-CD-EF ipa-agent-token=abc ipa-lookup-timeout=45',
+    );
+    expect(c.apiUrls).toEqual(['http://10.0.0.1:6385']);
+    expect(c.debug).toBe(true);
+    expect(c.lookup.timeoutS).toBe(45);
+    expect(c.bootifMac).toBe('52:54:00:ab:cd:ef');
+    expect(c.token.agentToken).toBe('abc');
+    expect(c.listen).toEqual({ host: '::', port: 9999 });
+    expect(c.hostActions).toBe('simulated');
+    expect(c.disks.allowlist).toBeNull();
+    expect(c.image.permittedFormats).toEqual(['raw', 'qcow2']);
+  });
+
+  it('lets flags win over the kernel command line', () => {
+    const c = build('ipa-api-url=http://a:1,http://b:2 ipa-listen-port=1000 ipa-debug=1', [
+      '--ipa-listen-port=2000',
+      '--ipa-debug=false',
+      '--device-allowlist=/dev/loop3,/dev/loop4',
+      '--ipa-insecure',
+    ]);
+    expect(c.apiUrls).toEqual(['http://a:1', 'http://b:2']);
+    expect(c.listen.port).toBe(2000);
+    expect(c.debug).toBe(false);
+    expect(c.tls.insecure).toBe(true);
+    expect(c.disks.allowlist).toEqual(['/dev/loop3', '/dev/loop4']);
+  });
+
+  it('stops on a bad value with a one-line error naming it', () => {
+    expect(() => build('', ['--standalone', '--ipa-listen-port=http'])).toThrow('flag --ipa-listen-port="http": expected a number');
+    expect(() => build('ipa-lookup-timeout=-1', ['--standalone'])).toThrow('kernel parameter ipa-lookup-timeout="-1": must be at least 0');
+    expect(() => build('ipa-api-url=ftp://x')).toThrow(/ipa-api-url="ftp:\/\/x": expected http/);
+    expect(() => build('', ['--standalone', '--ipa-debug=maybe'])).toThrow(/expected a boolean/);
+    expect(() => build('', ['--standalone', '--ipa-tls-min-version=1.1'])).toThrow(/expected one of 1.2, 1.3/);
+    expect(() => build('', ['--standalone', '--device-allowlist=sda'])).toThrow(/expected \/dev\/\.\.\. paths/);
+    expect(() => build('', ['--standalone', '--no-such-flag=1'])).toThrow('unknown flag --no-such-flag');
+    expect(() => build('')).toThrow(/no conductor/);
+    expect(() => parseFlags(['stray'])).toThrow(/unexpected argument "stray"/);
+  });
+
+  it('reads the command line from the file --kernel-cmdline names', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'ina-cfg-'));
+    await writeFile(join(dir, 'cmdline'), 'ipa-api-url=http://127.0.0.1:6385 ipa-listen-port=1234\n');
+    const c = loadConfig([`--kernel-cmdline=${join(dir, 'cmdline')}`]);
+    expect(c.listen.port).toBe(1234);
+    expect(() => loadConfig([`--kernel-cmdline=${join(dir, 'missing')}`])).toThrow(/cannot read/);
+  });
+
+  it('exits the process with a one-line error on a bad flag', async () => {
+    const r = await execa('npx', ['tsx', 'agent/main.ts', '--standalone', '--ipa-listen-port=99999'], { reject: false });
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr.trim().split('\n')).toEqual(['ironic-node-agent: flag --ipa-listen-port="99999": must be at most 65535']);
+  });
+});

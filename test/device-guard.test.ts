@@ -1,0 +1,101 @@
+// The device guard against real block devices: the machine's root disk, and loop devices this test
+// attaches (one of them mounted).
+import { mkdir, mkdtemp, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { describe, expect, it } from 'vitest';
+import { ProtectedDeviceError } from '../agent/errors.ts';
+import { DeviceGuard } from '../agent/safety/device-guard.ts';
+import { MiB, withLoops } from './helpers/loop.ts';
+
+async function rootDisk(): Promise<string> {
+  const { stdout } = await execa('findmnt', ['-n', '-o', 'SOURCE', '/']);
+  return stdout.trim();
+}
+
+describe('device guard', () => {
+  it('refuses the disk holding the root filesystem, even without an allow-list', async () => {
+    const root = await rootDisk();
+    const guard = new DeviceGuard(null);
+    const v = await guard.verdict(root);
+    expect(v.ok).toBe(false);
+    expect(v.reason).toMatch(/mounted at \//);
+    await expect(guard.assertWritable(root, 'write an image to')).rejects.toThrow(ProtectedDeviceError);
+    await expect(guard.assertWritable(root, 'write an image to')).rejects.toThrow(`refusing to write an image to ${root}: it`);
+  });
+
+  it('refuses a device outside the allow-list and allows one on it, with its partitions', () =>
+    withLoops([8 * MiB, 8 * MiB], async ([a, b]) => {
+      const guard = new DeviceGuard([a!.path]);
+      expect(await guard.verdict(a!.path)).toEqual({ ok: true });
+      expect(await guard.verdict(b!.path)).toEqual({ ok: false, reason: 'it is not on the device allow-list' });
+      await expect(guard.assertWritable(b!.path, 'wipe')).rejects.toThrow(`refusing to wipe ${b!.path}: it is not on the device allow-list`);
+
+      await execa('sgdisk', ['-n', '1:2048:+2M', a!.path]);
+      await execa('partx', ['-u', a!.path], { reject: false });
+      expect(await guard.verdict(`${a!.path}p1`)).toEqual({ ok: true });
+      expect((await guard.verdict('/dev/does-not-exist')).ok).toBe(false);
+      expect((await guard.verdict('/etc/hostname')).reason).toBe('not a block device');
+    }));
+
+  it('refuses a mounted loop device, and a disk whose partition is mounted', () =>
+    withLoops([16 * MiB, 16 * MiB], async ([whole, parted]) => {
+      const guard = new DeviceGuard([whole!.path, parted!.path]);
+      const mnt = await mkdtemp(join(tmpdir(), 'ina-mnt-'));
+      const mnt2 = await mkdtemp(join(tmpdir(), 'ina-mnt-'));
+      await execa('mkfs.ext4', ['-q', '-F', whole!.path]);
+      await execa('sgdisk', ['-n', '1:2048:0', parted!.path]);
+      await execa('partx', ['-u', parted!.path], { reject: false });
+      await execa('mkfs.ext4', ['-q', '-F', `${parted!.path}p1`]);
+      await execa('mount', [whole!.path, mnt]);
+      try {
+        await execa('mount', [`${parted!.path}p1`, mnt2]);
+        try {
+          const v = await guard.verdict(whole!.path);
+          expect(v).toEqual({ ok: false, reason: `it is mounted at ${mnt}` });
+          const p = await guard.verdict(parted!.path);
+          expect(p.ok).toBe(false);
+          expect(p.reason).toBe(`it holds ${parted!.path.slice(5)}p1, which is mounted at ${mnt2}`);
+        } finally {
+          await execa('umount', [mnt2]);
+        }
+      } finally {
+        await execa('umount', [mnt]);
+        await rm(mnt, { recursive: true, force: true });
+        await rm(mnt2, { recursive: true, force: true });
+      }
+      expect(await guard.verdict(whole!.path)).toEqual({ ok: true });
+      expect(await guard.verdict(parted!.path)).toEqual({ ok: true });
+    }));
+
+  it('refuses a device under a mounted stacked device (device-mapper, md) — sysfs tree as the kernel shows it', () =>
+    // This kernel has no device-mapper, so the stacked device lives in a sysfs-shaped tree around a real loop device.
+    withLoops([8 * MiB], async ([loop]) => {
+      const root = await mkdtemp(join(tmpdir(), 'ina-sys-'));
+      try {
+        const name = loop!.path.slice(5);
+        const rdev = (await stat(loop!.path)).rdev;
+        const majMin = `${Math.floor(rdev / 256) & 0xfff}:${rdev & 0xff}`;
+        const devBlock = join(root, 'dev/block');
+        const classBlock = join(root, 'class/block');
+        await mkdir(devBlock, { recursive: true });
+        await mkdir(join(classBlock, 'dm-0/slaves'), { recursive: true });
+        await mkdir(join(classBlock, name), { recursive: true });
+        await writeFile(join(classBlock, 'dm-0/slaves', name), '');
+        await symlink(`../../devices/virtual/block/${name}`, join(devBlock, majMin));
+        await symlink('../../devices/virtual/block/dm-0', join(devBlock, '253:0'));
+        await writeFile(join(root, 'mountinfo'), '30 1 253:0 / /srv/data rw,relatime - ext4 /dev/mapper/vg-data rw\n');
+        await writeFile(join(root, 'swaps'), 'Filename Type Size Used Priority\n');
+        const guard = new DeviceGuard([loop!.path], {
+          mountinfo: join(root, 'mountinfo'),
+          swaps: join(root, 'swaps'),
+          sysClassBlock: classBlock,
+          sysDevBlock: devBlock,
+        });
+        expect(await guard.verdict(loop!.path)).toEqual({ ok: false, reason: 'it is under dm-0, which is mounted at /srv/data' });
+      } finally {
+        await rm(root, { recursive: true, force: true });
+      }
+    }));
+});

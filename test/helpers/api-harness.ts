@@ -1,0 +1,39 @@
+// Runs an agent in-process on an ephemeral loopback port, for black-box API tests over real HTTP.
+import { createAgent, type Agent } from '../../agent/agent.ts';
+import type { Extension } from '../../agent/commands/types.ts';
+import { buildConfig } from '../../agent/config/config.ts';
+import { nullLogger } from '../../agent/log.ts';
+
+export interface RunningAgent {
+  agent: Agent;
+  url: string;
+  close(): Promise<void>;
+}
+
+export async function startAgent(
+  flags: Record<string, string> = {},
+  registry?: Readonly<Record<string, Extension>>,
+): Promise<RunningAgent> {
+  const config = buildConfig(
+    new Map(),
+    new Map(Object.entries({ standalone: 'true', 'ipa-listen-host': '127.0.0.1', 'ipa-listen-port': '0', ...flags })),
+  );
+  const agent = createAgent(config, nullLogger, registry);
+  const server = await agent.listen();
+  return { agent, url: `http://127.0.0.1:${server.port}`, close: () => server.close() };
+}
+
+export async function call(
+  url: string,
+  init: { method?: string; body?: string; redirect?: RequestRedirect } = {},
+): Promise<{ status: number; headers: Headers; text: string; json: any }> {
+  const res = await fetch(url, { method: init.method ?? 'GET', body: init.body, redirect: init.redirect ?? 'manual' });
+  const text = await res.text();
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: res.status, headers: res.headers, text, json };
+}
