@@ -25,7 +25,7 @@ export async function startAgent(
 
 export async function call(
   url: string,
-  init: { method?: string; body?: string; redirect?: RequestRedirect } = {},
+  init: { method?: string; body?: string; redirect?: 'manual' | 'follow' } = {},
 ): Promise<{ status: number; headers: Headers; text: string; json: any }> {
   const res = await fetch(url, { method: init.method ?? 'GET', body: init.body, redirect: init.redirect ?? 'manual' });
   const text = await res.text();
