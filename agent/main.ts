@@ -2,6 +2,7 @@
 import { createAgent } from './agent.ts';
 import { loadConfig, type Config } from './config/config.ts';
 import { ConfigError } from './config/reader.ts';
+import { ConductorLink } from './conductor/link.ts';
 import { FlagSyntaxError } from './config/sources.ts';
 import { createLogger } from './log.ts';
 import { mirrorStatus } from './status-file.ts';
@@ -18,33 +19,45 @@ function readConfig(): Config {
   }
 }
 
+function die(err: unknown): never {
+  const text = err instanceof Error ? err.message : String(err);
+  process.stderr.write(`ironic-node-agent: ${text.replace(/\s+/g, ' ').trim()}\n`);
+  process.exit(1);
+}
+
 async function main(): Promise<void> {
   const config = readConfig();
   const log = createLogger({ debug: config.debug, file: config.logFile });
   const agent = createAgent(config, log);
   const { state } = agent.services;
-
-  agent.services.host.on('simulated-restart', (action) => {
-    log.info({ action }, 'simulated power action: starting over as a freshly booted agent');
-    agent.executor.reset();
-    state.setToken(config.token.agentToken ?? null);
-  });
-
   if (config.statusFile) mirrorStatus(config.statusFile, state, agent.executor);
-  const server = await agent.listen();
-  state.update({ phase: 'serving' });
-  log.info({ port: server.port, standalone: config.standalone, allowlist: config.disks.allowlist }, 'agent API listening');
+
+  let stopServing: () => Promise<void>;
+  if (config.standalone) {
+    agent.services.host.on('simulated-restart', (action) => {
+      log.info({ action }, 'simulated power action: forgetting token and history');
+      agent.executor.reset();
+      state.setToken(config.token.agentToken ?? null);
+    });
+    const server = await agent.listen();
+    state.update({ phase: 'serving' });
+    log.info({ port: server.port, standalone: true, allowlist: config.disks.allowlist }, 'agent API listening');
+    stopServing = () => server.close();
+  } else {
+    // Like IPA, the API starts only once lookup succeeded; a failed lookup ends the process.
+    const link = new ConductorLink(agent, config, log, { onFatal: die });
+    agent.services.host.on('simulated-restart', (action) => void link.powerCycle(action));
+    await link.start();
+    stopServing = () => link.stop();
+  }
 
   const stop = async (signal: string) => {
     log.info({ signal }, 'stopping');
-    await server.close();
+    await stopServing();
     process.exit(0);
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
 }
 
-main().catch((err: unknown) => {
-  process.stderr.write(`ironic-node-agent: ${err instanceof Error ? err.message : String(err)}\n`);
-  process.exit(1);
-});
+main().catch(die);

@@ -1,0 +1,219 @@
+// The agent's link to the conductor, from boot to power-off: discover the API version, wait for a NIC,
+// look the node up, start the API (HTTPS with an auto-TLS certificate when the conductor is ≥ 1.68),
+// then heartbeat. Two ways to start over:
+// - the conductor rejects the token (it wiped it): forget token and history, look up again, keep the
+//   API, certificate and callback URL;
+// - a simulated power-off/reboot: stop everything, wait `simulated-reboot-delay`, boot again from the
+//   top (new token, new certificate, API started anew).
+import type { Agent } from '../agent.ts';
+import type { RunningServer, TlsMaterial } from '../api/server.ts';
+import type { Config } from '../config/config.ts';
+import type { Logger } from '../log.ts';
+import { realClock, type Clock } from './clock.ts';
+import { advertiseHost, callbackUrl } from './advertise.ts';
+import { generateCertificate } from './auto-tls.ts';
+import { NoNetworkError } from './errors.ts';
+import { Heartbeater, type BeatEvent, type HeartbeatTarget } from './heartbeat.ts';
+import { IronicApi } from './ironic-api.ts';
+import { lookupNode, type LookupResult } from './lookup.ts';
+import type { LookupConfig } from './lookup-reply.ts';
+import { waitForNicMacs } from './nics.ts';
+import { V_VERIFY_CA, VersionCache } from './versions.ts';
+
+export interface LinkOptions {
+  clock?: Clock;
+  random?: () => number;
+  /** A restart (token rejected, simulated power cycle) failed for good; main.ts exits on it. */
+  onFatal?: (err: Error) => void;
+}
+
+interface Boot {
+  abort: AbortController;
+  versions: VersionCache;
+  version: number;
+  macs: string[];
+  target?: HeartbeatTarget;
+  server?: RunningServer;
+  heartbeater?: Heartbeater;
+}
+
+/** The lookup config overrides IPA applies to its own configuration. */
+function applyLookupConfig(config: Config, lc: LookupConfig): void {
+  if (lc.md5Enabled !== undefined) config.image.md5Enabled = lc.md5Enabled;
+  if (lc.disableDeepImageInspection !== undefined) config.image.disableDeepInspection = lc.disableDeepImageInspection;
+  if (lc.permittedImageFormats) config.image.permittedFormats = lc.permittedImageFormats;
+}
+
+export class ConductorLink {
+  readonly api: IronicApi;
+  private readonly clock: Clock;
+  private readonly random: () => number;
+  private boot?: Boot;
+  /** Restarts run one after another, never interleaved with each other. */
+  private queue: Promise<void> = Promise.resolve();
+  private closed = false;
+
+  constructor(
+    private readonly agent: Agent,
+    private readonly config: Config,
+    private readonly log: Logger,
+    private readonly opts: LinkOptions = {},
+  ) {
+    this.clock = opts.clock ?? realClock;
+    this.random = opts.random ?? Math.random;
+    this.api = new IronicApi({
+      urls: config.apiUrls,
+      timeoutS: config.lookup.httpRequestTimeoutS,
+      requestId: config.globalRequestId,
+      insecure: config.tls.insecure,
+      caFile: config.tls.caFile,
+      log,
+    });
+    agent.executor.on('async-done', () => this.boot?.heartbeater?.force());
+  }
+
+  private get state() {
+    return this.agent.services.state;
+  }
+
+  /** The running API server of the current boot (tests read its port). */
+  get server(): RunningServer | undefined {
+    return this.boot?.server;
+  }
+
+  /** The current boot's heartbeater, for observers of its `beat` events. */
+  get heartbeater(): Heartbeater | undefined {
+    return this.boot?.heartbeater;
+  }
+
+  /** Boots once: resolves when the API is up and heartbeating began; rejects on a fatal error. */
+  start(): Promise<void> {
+    return this.enqueue(() => this.bootFromTop());
+  }
+
+  /** A simulated power-off or reboot: the agent goes away and comes back as if freshly booted. */
+  powerCycle(action: string): Promise<void> {
+    return this.enqueue(async () => {
+      this.log.info({ action, delayS: this.config.simulatedRebootDelayS }, 'simulated power cycle');
+      await this.shutdown();
+      this.state.update({ phase: `simulated ${action}` });
+      await this.clock.sleep(this.config.simulatedRebootDelayS * 1000);
+      if (!this.closed) await this.bootFromTop();
+    }, true);
+  }
+
+  async stop(): Promise<void> {
+    this.closed = true;
+    await this.shutdown();
+    await this.api.close();
+  }
+
+  private enqueue(job: () => Promise<void>, reportFatal = false): Promise<void> {
+    const run = this.queue.then(job);
+    this.queue = run.catch(() => undefined);
+    if (!reportFatal) return run;
+    return run.catch((err: Error) => {
+      if (!this.closed) this.opts.onFatal?.(err);
+    });
+  }
+
+  private async shutdown(): Promise<void> {
+    const boot = this.boot;
+    this.boot = undefined;
+    if (boot) {
+      boot.abort.abort();
+      await boot.heartbeater?.stop();
+      await boot.server?.close();
+    }
+    this.agent.executor.reset();
+    this.state.setToken(this.config.token.agentToken ?? null);
+    this.state.update({ node: undefined, callbackUrl: undefined });
+  }
+
+  private async bootFromTop(): Promise<void> {
+    const abort = new AbortController();
+    const versions = new VersionCache(this.api, this.config.lookup.ironicApiVersion, this.log);
+    this.state.update({ phase: 'finding conductor', conductorUrl: this.api.current });
+    const version = await versions.get(abort.signal);
+    this.state.update({ phase: 'waiting for network', conductorUrl: this.api.current });
+    const macs = await waitForNicMacs(this.config.lookup.nicWaitS, this.clock, abort.signal);
+    if (macs.length === 0) {
+      throw new NoNetworkError(`no network interface with a MAC address appeared within ${this.config.lookup.nicWaitS} s`);
+    }
+    const boot: Boot = { abort, versions, version, macs };
+    this.boot = boot;
+    const found = await this.lookup(boot);
+
+    const host = await advertiseHost(this.config, this.api.current, { clock: this.clock, log: this.log, signal: abort.signal });
+    const tls = this.tlsFor(version, host, found.config);
+    boot.server = await this.agent.listen(tls);
+    const protocol = tls ? 'https' : this.config.advertise.protocol;
+    // Listening on port 0 (tests) means "any": advertise the port actually bound.
+    const port = this.config.listen.port === 0 ? boot.server.port : this.config.advertise.port;
+    boot.target = {
+      nodeUuid: found.node.uuid,
+      callbackUrl: callbackUrl(protocol, host, port),
+      version,
+      heartbeatTimeoutS: found.config.heartbeatTimeoutS,
+      agentVersion: this.state.status.version,
+      token: () => this.state.agentToken,
+      verifyCa: tls?.cert,
+    };
+    this.log.info({ callbackUrl: boot.target.callbackUrl, tls: Boolean(tls) }, 'agent API listening');
+    this.state.update({ callbackUrl: boot.target.callbackUrl });
+    this.startHeartbeating(boot);
+  }
+
+  private async lookup(boot: Boot): Promise<LookupResult> {
+    this.state.update({ phase: 'lookup' });
+    const found = await lookupNode(
+      {
+        macs: boot.macs,
+        version: boot.version,
+        heldToken: this.config.token.agentToken ?? null,
+        timeoutS: this.config.lookup.timeoutS,
+        intervalS: this.config.lookup.intervalS,
+      },
+      { api: this.api, clock: this.clock, random: this.random, log: this.log, signal: boot.abort.signal },
+    );
+    applyLookupConfig(this.config, found.config);
+    this.state.setToken(found.token);
+    this.state.update({ node: found.node, conductorUrl: this.api.current });
+    if (boot.target) boot.target.heartbeatTimeoutS = found.config.heartbeatTimeoutS;
+    return found;
+  }
+
+  private tlsFor(version: number, host: string, lc: LookupConfig): TlsMaterial | undefined {
+    if (version < V_VERIFY_CA || !this.config.tls.autoTls) return undefined;
+    const { key, cert } = generateCertificate(host, this.config.tls.certificateCurve);
+    const ciphers = lc.tlsCipherSuites ?? this.config.tls.cipherSuites;
+    return { key, cert, minVersion: lc.tlsMinVersion ?? this.config.tls.minVersion, ...(ciphers ? { ciphers } : {}) };
+  }
+
+  private startHeartbeating(boot: Boot): void {
+    const hb = new Heartbeater(boot.target!, { api: this.api, clock: this.clock, random: this.random, log: this.log });
+    boot.heartbeater = hb;
+    hb.on('beat', (e: BeatEvent) => {
+      this.state.update({
+        lastHeartbeat: { at: e.at / 1000, ok: e.ok, status: e.status !== undefined ? String(e.status) : (e.reason ?? 'no answer') },
+        conductorUrl: this.api.current,
+      });
+    });
+    hb.on('token-rejected', (reason) => void this.enqueue(() => this.relookup(boot, reason), true));
+    this.state.update({ phase: 'heartbeating' });
+    hb.start();
+  }
+
+  /** The conductor wiped the token: the history it sees must start empty, and a new token is needed. */
+  private async relookup(boot: Boot, reason: string): Promise<void> {
+    if (this.boot !== boot) return;
+    this.log.warn({ reason }, 'conductor rejected the agent token: forgetting token and history, looking up again');
+    await boot.heartbeater?.stop();
+    boot.heartbeater = undefined;
+    this.agent.executor.reset();
+    this.state.setToken(this.config.token.agentToken ?? null);
+    this.state.update({ node: undefined });
+    await this.lookup(boot);
+    if (this.boot === boot) this.startHeartbeating(boot);
+  }
+}

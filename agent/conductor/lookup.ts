@@ -1,0 +1,106 @@
+// Looking the node up: `GET /v1/lookup?addresses=…` until a usable answer or `ipa-lookup-timeout`.
+// IPA's schedule: every failure (no answer, any status but 200, a bad body, an unusable token) is
+// retried after U(interval, min(60, 2^(n-1))) s; a 409 (node locked while the token is created) also
+// pauses 5, then 10, then 30 s on each later 409.
+import type { Logger } from '../log.ts';
+import type { Clock } from './clock.ts';
+import { LookupNodeError } from './errors.ts';
+import { ironicFault, type IronicApi } from './ironic-api.ts';
+import { InvalidLookupReply, acceptToken, parseLookupReply, type LookupReply } from './lookup-reply.ts';
+import { V_TOKEN, versionHeader } from './versions.ts';
+
+const CONFLICT_PAUSES_S = [5, 10, 30];
+const MAX_BACKOFF_S = 60;
+
+export interface LookupRequest {
+  macs: readonly string[];
+  nodeUuid?: string;
+  /** The conductor's API version (minor). */
+  version: number;
+  /** The token already held (pre-generated via ipa-agent-token), if any. */
+  heldToken: string | null;
+  timeoutS: number;
+  intervalS: number;
+}
+
+export interface LookupDeps {
+  api: IronicApi;
+  clock: Clock;
+  random: () => number;
+  log: Logger;
+  signal?: AbortSignal;
+}
+
+export interface LookupResult extends LookupReply {
+  /** The token to use from now on (null only when the conductor issues none, below 1.62). */
+  token: string | null;
+}
+
+type Attempt = { ok: LookupResult } | { retry: string; conflict?: boolean };
+
+export function lookupPath(req: Pick<LookupRequest, 'macs' | 'nodeUuid'>): string {
+  const q = new URLSearchParams();
+  if (req.macs.length > 0) q.set('addresses', req.macs.join(','));
+  if (req.nodeUuid) q.set('node_uuid', req.nodeUuid);
+  // Ironic reads the commas literally; URLSearchParams would send %2C and %3A.
+  return `/v1/lookup?${decodeURIComponent(q.toString())}`;
+}
+
+async function attempt(req: LookupRequest, deps: LookupDeps): Promise<Attempt> {
+  let reply;
+  try {
+    reply = await deps.api.send('GET', lookupPath(req), {
+      version: versionHeader(req.version, V_TOKEN),
+      signal: deps.signal,
+    });
+  } catch (err) {
+    if (deps.signal?.aborted) throw err;
+    return { retry: (err as Error).message };
+  }
+  if (reply.status !== 200) {
+    const why = `HTTP ${reply.status}: ${ironicFault(reply.text)}`;
+    return reply.status === 409 ? { retry: why, conflict: true } : { retry: why };
+  }
+  let parsed: LookupReply;
+  try {
+    parsed = parseLookupReply(reply.text);
+  } catch (err) {
+    if (err instanceof InvalidLookupReply) return { retry: err.message };
+    throw err;
+  }
+  const token = acceptToken(parsed.config.agentToken, req.heldToken);
+  if (token === undefined) {
+    return { retry: 'the conductor already handed out this node\'s token ("******") and this agent holds none' };
+  }
+  return { ok: { ...parsed, token } };
+}
+
+export async function lookupNode(req: LookupRequest, deps: LookupDeps): Promise<LookupResult> {
+  const { clock, log } = deps;
+  const deadline = clock.now() + req.timeoutS * 1000;
+  let conflicts = 0;
+  for (let n = 1; ; n++) {
+    const result = await attempt(req, deps);
+    if ('ok' in result) {
+      log.info({ node: result.ok.node.uuid, attempts: n }, 'lookup succeeded');
+      return result.ok;
+    }
+    log.warn({ attempt: n, reason: result.retry }, 'lookup failed, will retry');
+    if (result.conflict) {
+      await clock.sleep(CONFLICT_PAUSES_S[Math.min(conflicts++, CONFLICT_PAUSES_S.length - 1)]! * 1000, deps.signal);
+    }
+    const left = deadline - clock.now();
+    if (left <= 0 || deps.signal?.aborted) {
+      throw new LookupNodeError(
+        `Could not look up node info after ${n} attempt(s) in ${req.timeoutS} s; last: ${oneLine(result.retry)}`,
+      );
+    }
+    const high = Math.max(req.intervalS, Math.min(MAX_BACKOFF_S, 2 ** (n - 1)));
+    const wait = (req.intervalS + deps.random() * (high - req.intervalS)) * 1000;
+    await clock.sleep(Math.min(wait, left), deps.signal);
+  }
+}
+
+function oneLine(text: string): string {
+  return text.replace(/\s+/g, ' ').trim().slice(0, 300);
+}
