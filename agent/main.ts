@@ -44,9 +44,9 @@ async function main(): Promise<void> {
     log.info({ port: server.port, standalone: true, allowlist: config.disks.allowlist }, 'agent API listening');
     stopServing = () => server.close();
   } else {
-    // Like IPA, the API starts only once lookup succeeded; a failed lookup ends the process.
+    // Like IPA, the API starts only once lookup succeeded; a failed lookup ends the process. The link
+    // handles simulated power actions itself (it boots again as a fresh agent).
     const link = new ConductorLink(agent, config, log, { onFatal: die });
-    agent.services.host.on('simulated-restart', (action) => void link.powerCycle(action));
     await link.start();
     stopServing = () => link.stop();
   }

@@ -70,6 +70,7 @@ export class ConductorLink {
       log,
     });
     agent.executor.on('async-done', () => this.boot?.heartbeater?.force());
+    agent.services.host.on('simulated-restart', (action) => void this.powerCycle(action));
   }
 
   private get state() {

@@ -1,0 +1,255 @@
+// The conductor link end to end on loopback: the agent in-process, the fake conductor on a real port.
+import { createServer } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createAgent, type Agent } from '../agent/agent.ts';
+import { command, type Extension } from '../agent/commands/types.ts';
+import { buildConfig } from '../agent/config/config.ts';
+import { ConductorLink } from '../agent/conductor/link.ts';
+import { nicMacs } from '../agent/conductor/nics.ts';
+import { nullLogger } from '../agent/log.ts';
+import { AgentClient } from './helpers/agent-client.ts';
+import { FakeConductor, type FakeConductorOptions } from './helpers/fake-conductor.ts';
+
+const macs = await nicMacs();
+const noNic = macs.length === 0;
+if (noNic) console.warn('conductor link tests skipped: no physical NIC with a MAC in /sys/class/net');
+
+/** A test extension whose async command ends when the test says so. */
+let release: () => void = () => {};
+const testExt: Extension = {
+  wait: command({
+    mode: 'async',
+    parse: () => ({}),
+    run: () => new Promise<string>((resolve) => (release = () => resolve('done'))),
+  }),
+};
+
+interface Linked {
+  agent: Agent;
+  link: ConductorLink;
+  fatal: Error[];
+}
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  while (cleanups.length) await cleanups.pop()!();
+});
+
+async function conductor(opts: FakeConductorOptions = {}): Promise<FakeConductor> {
+  const fake = await FakeConductor.start(opts);
+  cleanups.push(() => fake.close());
+  return fake;
+}
+
+function linked(apiUrl: string, flags: Record<string, string> = {}): Linked {
+  const config = buildConfig(
+    new Map(),
+    new Map(Object.entries({
+      'ipa-api-url': apiUrl,
+      'ipa-listen-host': '127.0.0.1',
+      'ipa-listen-port': '0',
+      'ipa-lookup-interval': '0.05',
+      'ipa-lookup-timeout': '20',
+      'ipa-http-request-timeout': '2',
+      'ipa-nic-wait-timeout': '0',
+      'simulated-reboot-delay': '0.05',
+      ...flags,
+    })),
+  );
+  const agent = createAgent(config, nullLogger, { test: testExt });
+  const fatal: Error[] = [];
+  const link = new ConductorLink(agent, config, nullLogger, { random: () => 0, onFatal: (e) => fatal.push(e) });
+  cleanups.push(() => link.stop());
+  return { agent, link, fatal };
+}
+
+async function deadUrl(): Promise<string> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const port = (srv.address() as { port: number }).port;
+  await new Promise<void>((r) => srv.close(() => r()));
+  return `http://127.0.0.1:${port}`;
+}
+
+describe.skipIf(noNic)('conductor link', () => {
+  it('looks up with IPA headers and heartbeats over HTTPS with the CA it sends', async () => {
+    const fake = await conductor({ nodes: [{ macs }] });
+    const [node] = [...fake.nodes.values()];
+    const { agent, link } = linked(fake.url);
+    await link.start();
+    await fake.waitFor(() => fake.heartbeats.length >= 1, 'a heartbeat');
+
+    const lookup = fake.lookups[0]!;
+    expect(lookup.query.addresses!.split(',')).toEqual(macs);
+    expect(lookup.headers['x-openstack-ironic-api-version']).toBe('1.62');
+    expect(lookup.headers.accept).toBe('application/json');
+    expect(fake.requests[0]!.path).toBe('/');
+
+    const hb = fake.heartbeats[0]!;
+    expect(hb.status).toBe(202);
+    expect(hb.headers['x-openstack-ironic-api-version']).toBe('1.68');
+    const body = hb.body as Record<string, string>;
+    expect(Object.keys(body)).toEqual(['callback_url', 'agent_token', 'agent_version', 'agent_verify_ca']);
+    expect(body.callback_url).toBe(`https://127.0.0.1:${link.server!.port}`);
+    expect(body.agent_token).toBe(node!.internal.agent_secret_token);
+    expect(body.agent_token).toHaveLength(43);
+    expect(body.agent_version).toBe(agent.services.state.status.version);
+    expect(body.agent_verify_ca).toMatch(/^-----BEGIN CERTIFICATE-----/);
+    // The fake records the heartbeat as it answers; the agent notes the answer a moment later.
+    await expect.poll(() => agent.services.state.status.lastHeartbeat).toMatchObject({ ok: true, status: '202' });
+    expect(agent.services.state.status).toMatchObject({
+      node: { uuid: node!.uuid },
+      callbackUrl: body.callback_url,
+      conductorUrl: fake.url,
+      phase: 'heartbeating',
+    });
+
+    const client = fake.clientFor(node!.uuid);
+    cleanups.push(() => client.close());
+    expect(await client.commands()).toEqual([]);
+    const stranger = new AgentClient({ url: body.callback_url, token: body.agent_token });
+    cleanups.push(() => stranger.close());
+    await expect(stranger.commands()).rejects.toThrow(/self-signed|certificate/i);
+  });
+
+  it('rotates past a conductor URL that is down and keeps the working one first', async () => {
+    const fake = await conductor({ nodes: [{ macs }] });
+    const dead = await deadUrl();
+    const { link, agent } = linked(`${dead},${fake.url}`);
+    await link.start();
+    expect(link.api.current).toBe(fake.url);
+    expect(agent.services.state.status.conductorUrl).toBe(fake.url);
+  });
+
+  it('retries while the conductor resets connections, then looks up once it answers', async () => {
+    const fake = await conductor({ nodes: [{ macs }] });
+    fake.mode = 'reset';
+    const { link } = linked(fake.url);
+    const started = link.start();
+    setTimeout(() => (fake.mode = 'normal'), 300);
+    await started;
+    expect(fake.lookups.filter((r) => r.status === 200)).toHaveLength(1);
+  });
+
+  it('retries a 404 (node not in a lookup state) until the node becomes lookup-able', async () => {
+    const fake = await conductor({ nodes: [{ macs, lookupAllowed: false }] });
+    const [node] = [...fake.nodes.values()];
+    const { link } = linked(fake.url);
+    const started = link.start();
+    await fake.waitFor(() => fake.lookups.length >= 2, 'two refused lookups');
+    node!.lookupAllowed = true;
+    await started;
+    expect(fake.lookups.map((r) => r.status).slice(0, 2)).toEqual([404, 404]);
+    expect(fake.lookups.at(-1)!.status).toBe(200);
+  });
+
+  it('fails with a one-line reason when lookup never succeeds', async () => {
+    const fake = await conductor({ nodes: [] });
+    const { link } = linked(fake.url, { 'ipa-lookup-timeout': '0.3' });
+    await expect(link.start()).rejects.toThrow(/^Could not look up node info after \d+ attempt\(s\) in 0.3 s; last: HTTP 404: Resource could not be found\.$/);
+    expect(link.server).toBeUndefined();
+  });
+
+  it('keeps a pre-generated token when lookup answers "******"', async () => {
+    const token = 'p'.repeat(43);
+    const fake = await conductor({ nodes: [{ macs, pregeneratedToken: token }] });
+    const { link, agent } = linked(fake.url, { 'ipa-agent-token': token });
+    await link.start();
+    await fake.waitFor(() => fake.heartbeats.length >= 1, 'a heartbeat');
+    expect(agent.services.state.agentToken).toBe(token);
+    expect(fake.heartbeats[0]!.status).toBe(202);
+  });
+
+  it('retries a "******" token it cannot use until the conductor wipes the old one', async () => {
+    const fake = await conductor({ nodes: [{ macs }] });
+    const [node] = [...fake.nodes.values()];
+    node!.internal.agent_secret_token = 'an-old-boot'.padEnd(43, 'x');
+    const { link, agent } = linked(fake.url);
+    const started = link.start();
+    await fake.waitFor(() => fake.lookups.length >= 2, 'two lookups');
+    fake.powerAction(node!.uuid);
+    await started;
+    expect(agent.services.state.agentToken).toBe(node!.internal.agent_secret_token);
+    expect(agent.services.state.agentToken).not.toMatch(/^an-old-boot/);
+  });
+
+  it('serves plain HTTP and omits agent_verify_ca below 1.68', async () => {
+    const fake = await conductor({ nodes: [{ macs }], maxVersion: '1.67', requireTls: false });
+    const { link } = linked(fake.url);
+    await link.start();
+    await fake.waitFor(() => fake.heartbeats.length >= 1, 'a heartbeat');
+    const hb = fake.heartbeats[0]!;
+    expect(hb.headers['x-openstack-ironic-api-version']).toBe('1.67');
+    expect(Object.keys(hb.body as object)).toEqual(['callback_url', 'agent_token', 'agent_version']);
+    expect((hb.body as { callback_url: string }).callback_url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+  });
+
+  it('starts over when the conductor wipes the token: new lookup, empty history, same callback', async () => {
+    const fake = await conductor({ nodes: [{ macs }], heartbeatTimeout: 1 });
+    const [node] = [...fake.nodes.values()];
+    const { link, agent } = linked(fake.url);
+    await link.start();
+    await fake.waitFor(() => fake.heartbeats.length >= 1, 'a heartbeat');
+    const client = fake.clientFor(node!.uuid);
+    cleanups.push(() => client.close());
+    await client.command('test.wait', {});
+    release();
+    await fake.waitFor(() => fake.heartbeats.length >= 2, 'a second heartbeat');
+    expect(await client.commands()).toHaveLength(1);
+    const firstToken = node!.internal.agent_secret_token;
+    const callback = node!.internal.agent_url;
+    const ca = node!.internal.agent_verify_ca;
+
+    fake.powerAction(node!.uuid);
+    await fake.waitFor(() => fake.heartbeats.some((h) => h.fault?.startsWith('Invalid or missing agent token')), 'a refused heartbeat');
+    await fake.waitFor(() => node!.internal.agent_url !== undefined, 'a heartbeat after the new lookup');
+    expect(fake.lookups.length).toBe(2);
+    expect(node!.internal.agent_secret_token).not.toBe(firstToken);
+    expect(node!.internal.agent_url).toBe(callback);
+    expect(node!.internal.agent_verify_ca).toBe(ca);
+    expect(agent.services.state.agentToken).toBe(node!.internal.agent_secret_token);
+    const fresh = fake.clientFor(node!.uuid);
+    cleanups.push(() => fresh.close());
+    expect(await fresh.commands()).toEqual([]);
+  });
+
+  it('boots again after a simulated power-off: new lookup, token, certificate and API, empty history', async () => {
+    const fake = await conductor({ nodes: [{ macs }] });
+    const [node] = [...fake.nodes.values()];
+    const { link, agent, fatal } = linked(fake.url);
+    await link.start();
+    await fake.waitFor(() => fake.heartbeats.length >= 1, 'a heartbeat');
+    const client = fake.clientFor(node!.uuid);
+    cleanups.push(() => client.close());
+    await client.command('test.wait', {});
+    release();
+    const before = { ...node!.internal, port: link.server!.port };
+    const oldServer = link.server!;
+
+    // What a conductor does around standby.power_off: it wipes the token, the agent powers off.
+    fake.powerAction(node!.uuid);
+    const rootCount = fake.requests.filter((r) => r.path === '/').length;
+    agent.services.host.emit('simulated-restart', 'poweroff');
+    await fake.waitFor(() => node!.internal.agent_url !== undefined && fake.lookups.length === 2, 'a heartbeat after reboot');
+    expect(fatal).toEqual([]);
+    expect(fake.requests.filter((r) => r.path === '/').length).toBe(rootCount + 1);
+    expect(link.server).not.toBe(oldServer);
+    expect(node!.internal.agent_secret_token).not.toBe(before.agent_secret_token);
+    expect(node!.internal.agent_verify_ca).not.toBe(before.agent_verify_ca);
+    const fresh = fake.clientFor(node!.uuid);
+    cleanups.push(() => fresh.close());
+    expect(await fresh.commands()).toEqual([]);
+    expect(agent.executor.list()).toEqual([]);
+  });
+
+  it('reports a fatal error when the lookup after a power cycle times out', async () => {
+    const fake = await conductor({ nodes: [{ macs }] });
+    const [node] = [...fake.nodes.values()];
+    const { link, agent, fatal } = linked(fake.url, { 'ipa-lookup-timeout': '0.3' });
+    await link.start();
+    node!.lookupAllowed = false;
+    agent.services.host.emit('simulated-restart', 'reboot');
+    await expect.poll(() => fatal.length, { timeout: 10_000 }).toBe(1);
+    expect(fatal[0]!.message).toMatch(/^Could not look up node info/);
+  });
+});
