@@ -88,7 +88,7 @@ describe.skipIf(noNic)('conductor link', () => {
     const hb = fake.heartbeats[0]!;
     expect(hb.status).toBe(202);
     expect(hb.headers['x-openstack-ironic-api-version']).toBe('1.68');
-    const body = hb.body as Record<string, string>;
+    const body = hb.body as { callback_url: string; agent_token: string; agent_version: string; agent_verify_ca: string };
     expect(Object.keys(body)).toEqual(['callback_url', 'agent_token', 'agent_version', 'agent_verify_ca']);
     expect(body.callback_url).toBe(`https://127.0.0.1:${link.server!.port}`);
     expect(body.agent_token).toBe(node!.internal.agent_secret_token);
