@@ -1,0 +1,32 @@
+// Gives every test file one file to append phase timings to, and prints them as a table at the end.
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestProject } from 'vitest/node';
+import { formatPhaseTable, type PhaseRecord } from './phase-table.ts';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    phasesFile: string;
+  }
+}
+
+export default function setup(project: TestProject): () => void {
+  const dir = mkdtempSync(join(tmpdir(), 'ina-ironic-phases-'));
+  const file = join(dir, 'phases.jsonl');
+  project.provide('phasesFile', file);
+  return () => {
+    let text = '';
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch {
+      // no phase was recorded
+    }
+    const records = text
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as PhaseRecord);
+    process.stdout.write(`\n${formatPhaseTable(records)}\n`);
+    rmSync(dir, { recursive: true, force: true });
+  };
+}

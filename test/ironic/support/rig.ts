@@ -1,0 +1,131 @@
+// One scenario's world: a real Ironic, an image server, a loop device as the node's only disk, the
+// agent as a host process looking itself up by this machine's NIC MAC, and the node enrolled for it.
+import { access, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { attachLoop, detachLoop, MiB, type LoopDevice } from '../../helpers/loop.ts';
+import { startAgentProcess, type AgentProcess } from './agent-process.ts';
+import { Baremetal, type NodeView } from './baremetal.ts';
+import { startImageServer, type ImageServer } from './image-server.ts';
+import { startIronic, type IronicOptions, type RunningIronic } from './ironic.ts';
+import { waitForState } from './wait-state.ts';
+
+export const DISK_BYTES = 128 * MiB;
+
+export interface RigOptions {
+  ironic?: IronicOptions;
+  /** The agent serves HTTPS with its auto-generated certificate (what `[agent]require_tls` needs). */
+  autoTls?: boolean;
+  agentFlags?: Record<string, string>;
+}
+
+export interface Rig {
+  ironic: RunningIronic;
+  bm: Baremetal;
+  dir: string;
+  images: ImageServer;
+  disk: LoopDevice;
+  agent: AgentProcess;
+  uuid: string;
+  mac: string;
+  node(): Promise<NodeView>;
+  /** Runs `baremetal node <verb> <uuid> [args]` and waits for the node to settle in `target`. */
+  drive(verb: string, args: string[], target: string, timeoutMs?: number): Promise<NodeView>;
+  /** Successful lookups the Ironic API has answered so far (from its request log). */
+  lookups(): Promise<number>;
+  /** The agent's and the conductor's last log lines, for failure messages. */
+  explain(): Promise<string>;
+  close(): Promise<void>;
+}
+
+/** MACs of this machine's physical NICs (those with a `device` link), as the agent reports them. */
+export async function physicalMacs(): Promise<string[]> {
+  const macs: string[] = [];
+  for (const name of (await readdir('/sys/class/net')).sort()) {
+    if (name === 'lo') continue;
+    const ok = await access(join('/sys/class/net', name, 'device')).then(() => true, () => false);
+    if (!ok) continue;
+    const mac = (await readFile(join('/sys/class/net', name, 'address'), 'utf8')).trim().toLowerCase();
+    if (mac !== '00:00:00:00:00:00') macs.push(mac);
+  }
+  return macs;
+}
+
+function tailLines(text: string, n: number, filter?: RegExp): string {
+  const lines = text.split('\n').filter((l) => l !== '' && (!filter || filter.test(l)));
+  return lines.slice(-n).join('\n');
+}
+
+export async function createRig(name: string, opts: RigOptions = {}): Promise<Rig> {
+  const cleanups: (() => Promise<unknown>)[] = [];
+  const close = async () => {
+    for (const c of cleanups.reverse()) await c().catch(() => undefined);
+  };
+  try {
+    const macs = await physicalMacs();
+    if (macs.length === 0) throw new Error('this machine has no physical NIC (/sys/class/net/*/device): the agent cannot look itself up');
+    const mac = macs[0]!;
+
+    const ironic = await startIronic(opts.ironic);
+    cleanups.push(() => ironic.stop());
+    const dir = await mkdtemp(join(tmpdir(), `ina-${name}-`));
+    cleanups.push(() => rm(dir, { recursive: true, force: true }));
+    const images = await startImageServer(dir);
+    cleanups.push(() => images.close());
+    const disk = await attachLoop(DISK_BYTES);
+    cleanups.push(() => detachLoop(disk));
+
+    const bm = new Baremetal(ironic);
+    const created = await bm.json<{ uuid: string }>([
+      'node', 'create', '--driver', 'fake-hardware', '--name', name,
+      '--deploy-interface', 'direct', '--boot-interface', 'fake', '--power-interface', 'fake',
+      '--management-interface', 'noop', '--network-interface', 'noop',
+      '--property', 'cpu_arch=x86_64', '--property', `root_device=${JSON.stringify({ name: disk.path })}`,
+    ]);
+    const uuid = created.uuid;
+    await bm.run(['port', 'create', mac, '--node', uuid]);
+    // fake power starts as None; fast track needs the node "on"
+    await bm.run(['node', 'power', 'on', uuid]);
+
+    const agent = await startAgentProcess({
+      apiUrl: ironic.url,
+      disk: disk.path,
+      dir,
+      autoTls: opts.autoTls ?? false,
+      extraFlags: opts.agentFlags,
+    });
+    cleanups.push(() => agent.stop());
+
+    const explain = async () =>
+      `--- agent log (${agent.logFile}, last lines)${agent.exited() ? ' [agent process has EXITED]' : ''}\n${await agent.tail(30)}\n` +
+      `--- conductor warnings/errors (last lines)\n${tailLines(await ironic.conductorLog(), 12, / (ERROR|WARNING) [\w.]+ \[/)}`;
+    const rig: Rig = {
+      ironic, bm, dir, images, disk, agent, uuid, mac,
+      node: () => bm.node(uuid),
+      drive: async (verb, args, target, timeoutMs) => {
+        await bm.run(['node', verb, uuid, ...args]);
+        return waitForState(bm, uuid, target, { explain }, timeoutMs);
+      },
+      lookups: async () => (await ironic.apiLog()).split('\n').filter((l) => /"GET \/v1\/lookup\?[^"]*" status: 200/.test(l)).length,
+      explain,
+      close,
+    };
+    return rig;
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
+
+/** Waits until the conductor has recorded a heartbeat from the agent (fast track: in enroll already). */
+export async function waitForHeartbeat(rig: Rig, timeoutMs = 60_000): Promise<NodeView> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const node = await rig.node();
+    if (node.driver_internal_info.agent_last_heartbeat && node.driver_internal_info.agent_url) return node;
+    if (rig.agent.exited() || Date.now() > deadline) {
+      throw new Error(`the agent never heartbeated to Ironic within ${timeoutMs / 1000} s\n${await rig.explain()}`);
+    }
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
