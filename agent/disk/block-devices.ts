@@ -1,0 +1,152 @@
+// The disks the agent may consider: lsblk's view of whole disks, completed from /sys (no udev in the
+// ramdisk). Loop devices count only when the device allow-list names them, so tests can offer their own.
+import { realpath } from 'node:fs/promises';
+import type { AgentServices } from '../commands/types.ts';
+import { BlockDeviceError } from '../errors.ts';
+import { run } from '../exec.ts';
+import { sysByPath, sysHctl, sysIdentity, readSys, SYS_BLOCK } from './sysfs.ts';
+
+export interface BlockDevice {
+  /** Kernel name: `sda`, `nvme0n1`, `loop3`. */
+  name: string;
+  /** `/dev/<name>`. */
+  path: string;
+  size: number;
+  model: string | null;
+  vendor: string | null;
+  serial: string | null;
+  wwn: string | null;
+  wwnWithExtension: string | null;
+  wwnVendorExtension: string | null;
+  rotational: boolean;
+  hctl: string | null;
+  byPath: string | null;
+  logicalSectorSize: number;
+  physicalSectorSize: number;
+  /** lsblk TYPE: `disk`, `loop`, `raid1`, … */
+  type: string;
+  tran: string | null;
+  readOnly: boolean;
+}
+
+const COLUMNS = 'KNAME,PATH,SIZE,MODEL,VENDOR,SERIAL,WWN,ROTA,HCTL,LOG-SEC,PHY-SEC,TYPE,TRAN,RO';
+
+interface LsblkRow {
+  kname: string;
+  path: string;
+  size: number | string | null;
+  model: string | null;
+  vendor: string | null;
+  serial: string | null;
+  wwn: string | null;
+  rota: boolean | string | null;
+  hctl: string | null;
+  'log-sec': number | string | null;
+  'phy-sec': number | string | null;
+  type: string;
+  tran: string | null;
+  ro: boolean | string | null;
+}
+
+function parseLsblk(stdout: string): LsblkRow[] {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(stdout);
+  } catch {
+    throw new BlockDeviceError('lsblk printed something that is not JSON');
+  }
+  const rows = (doc as { blockdevices?: unknown }).blockdevices;
+  if (!Array.isArray(rows)) throw new BlockDeviceError('lsblk output has no "blockdevices" list');
+  for (const row of rows) {
+    if (typeof row?.kname !== 'string' || typeof row?.type !== 'string') {
+      throw new BlockDeviceError(`lsblk row without KNAME/TYPE: ${JSON.stringify(row)}`);
+    }
+  }
+  return rows as LsblkRow[];
+}
+
+const flag = (v: boolean | string | null): boolean => v === true || v === '1';
+const clean = (v: string | null | undefined): string | null => (v && v.trim() !== '' ? v.trim() : null);
+
+async function allowedLoops(allowlist: readonly string[] | null): Promise<Set<string>> {
+  const out = new Set<string>();
+  for (const entry of allowlist ?? []) {
+    const real = await realpath(entry).catch(() => null);
+    if (real) out.add(real.replace(/^\/dev\//, ''));
+  }
+  return out;
+}
+
+function wanted(row: LsblkRow, loops: Set<string>): boolean {
+  if (/^(fd|ram|zram)\d*/.test(row.kname)) return false;
+  if (Number(row.size ?? 0) <= 0) return false;
+  if (row.type === 'loop') return loops.has(row.kname);
+  return row.type === 'disk' || row.type.startsWith('raid') || row.type === 'mpath';
+}
+
+async function complete(row: LsblkRow): Promise<BlockDevice> {
+  const id = await sysIdentity(row.kname);
+  const base = `${SYS_BLOCK}/${row.kname}`;
+  const wwn = clean(row.wwn) ?? id.wwn;
+  return {
+    name: row.kname,
+    path: row.path || `/dev/${row.kname}`,
+    size: Number(row.size),
+    model: clean(row.model) ?? (await readSys(`${base}/device/model`)),
+    vendor: (await readSys(`${base}/device/vendor`)) ?? clean(row.vendor),
+    serial: clean(row.serial) ?? id.serial,
+    wwn,
+    wwnWithExtension: id.wwnWithExtension ?? wwn,
+    wwnVendorExtension: id.wwnVendorExtension,
+    rotational: flag(row.rota),
+    hctl: clean(row.hctl) ?? (await sysHctl(row.kname)),
+    byPath: await sysByPath(row.kname),
+    logicalSectorSize: Number(row['log-sec'] ?? (await readSys(`${base}/queue/logical_block_size`)) ?? 512),
+    physicalSectorSize: Number(row['phy-sec'] ?? (await readSys(`${base}/queue/physical_block_size`)) ?? 512),
+    type: row.type,
+    tran: clean(row.tran),
+    readOnly: flag(row.ro),
+  };
+}
+
+/** Whole disks (and allow-listed loop devices), in lsblk order. */
+export async function listBlockDevices(services: Pick<AgentServices, 'config' | 'log'>): Promise<BlockDevice[]> {
+  const { stdout } = await run('lsblk', ['-J', '-b', '-d', '-a', '-o', COLUMNS], { log: services.log });
+  const loops = await allowedLoops(services.config.disks.allowlist);
+  const seen = new Set<string>();
+  const out: BlockDevice[] = [];
+  for (const row of parseLsblk(stdout)) {
+    if (seen.has(row.kname) || !wanted(row, loops)) continue;
+    seen.add(row.kname);
+    out.push(await complete(row));
+  }
+  return out;
+}
+
+/** One block device by path, whether or not it would be listed (a partition, say). */
+export async function describeBlockDevice(services: Pick<AgentServices, 'log'>, path: string): Promise<BlockDevice> {
+  const { stdout } = await run('lsblk', ['-J', '-b', '-d', '-o', COLUMNS, path], { log: services.log });
+  const row = parseLsblk(stdout)[0];
+  if (!row) throw new BlockDeviceError(`lsblk knows nothing about ${path}`);
+  return complete(row);
+}
+
+/** The IPA inventory/hint view of a device: the field names hints and `get_hardware_info` use. */
+export function ipaView(d: BlockDevice): Record<string, string | number | boolean | null> {
+  return {
+    name: d.path,
+    model: d.model,
+    size: d.size,
+    rotational: d.rotational,
+    wwn: d.wwn,
+    serial: d.serial,
+    vendor: d.vendor,
+    wwn_with_extension: d.wwnWithExtension,
+    wwn_vendor_extension: d.wwnVendorExtension,
+    hctl: d.hctl,
+    by_path: d.byPath,
+    logical_sectors: d.logicalSectorSize,
+    physical_sectors: d.physicalSectorSize,
+    tran: d.tran,
+  };
+}

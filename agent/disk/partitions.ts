@@ -1,0 +1,85 @@
+// A disk's partitions as the kernel sees them, and how to make the kernel see a changed table without
+// udev: ask for a re-read, then poll /sys until the expected partition nodes exist.
+import { stat } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Logger } from '../log.ts';
+import { BlockDeviceError } from '../errors.ts';
+import { run } from '../exec.ts';
+import { probe, type Probe } from './blkid.ts';
+import { kernelNameOf, partitionName, readSys, sysPartitions, SYS_BLOCK } from './sysfs.ts';
+
+export interface Partition extends Probe {
+  number: number;
+  name: string;
+  path: string;
+  /** Bytes. */
+  start: number;
+  size: number;
+}
+
+/** Every partition of `disk` the kernel knows, with its blkid identity. */
+export async function listPartitions(disk: string, log?: Logger): Promise<Partition[]> {
+  const diskName = kernelNameOf(disk);
+  const out: Partition[] = [];
+  for (const name of await sysPartitions(diskName)) {
+    const sys = `${SYS_BLOCK}/${diskName}/${name}`;
+    const path = `/dev/${name}`;
+    out.push({
+      number: Number(await readSys(`${sys}/partition`)),
+      name,
+      path,
+      start: Number(await readSys(`${sys}/start`)) * 512,
+      size: Number(await readSys(`${sys}/size`)) * 512,
+      ...(await probe(path, log)),
+    });
+  }
+  return out;
+}
+
+async function isBlockDevice(path: string): Promise<boolean> {
+  try {
+    return (await stat(path)).isBlockDevice();
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Makes the kernel's partition list match the on-disk table, and waits until the node of every partition
+ * in `expect` exists. `partx -u` updates partitions one by one (BLKPG), which works even when the disk is
+ * busy or the whole-table re-read (BLKRRPART) is refused; the re-read is the fallback.
+ */
+export async function rescanPartitions(disk: string, log?: Logger, expect: number[] = []): Promise<void> {
+  await run('sync', [], { log });
+  const diskName = kernelNameOf(disk);
+  const ready = async (): Promise<boolean> => {
+    for (const n of expect) {
+      const name = partitionName(diskName, n);
+      if ((await readSys(`${SYS_BLOCK}/${diskName}/${name}/partition`)) === null) return false;
+      if (!(await isBlockDevice(`/dev/${name}`))) return false;
+    }
+    return true;
+  };
+  const attempts: [string, string[]][] = [
+    ['partx', ['-u', disk]],
+    ['blockdev', ['--rereadpt', disk]],
+    ['partx', ['-a', disk]],
+  ];
+  const errors: string[] = [];
+  for (let round = 0; round < 20; round++) {
+    const [tool, args] = attempts[round % attempts.length]!;
+    await run(tool, args, { log }).catch((err: Error) => errors.push(err.message));
+    for (let i = 0; i < 5; i++) {
+      if (await ready()) return;
+      await sleep(100);
+    }
+  }
+  const want = expect.map((n) => `/dev/${partitionName(diskName, n)}`).join(', ');
+  throw new BlockDeviceError(`partitions ${want} of ${disk} did not appear after re-reading the table${errors.length ? `: ${errors.at(-1)}` : ''}`);
+}
+
+/** The partition-table type of a disk: `gpt`, `dos`, or null when there is none. */
+export async function tableType(disk: string, log?: Logger): Promise<'gpt' | 'dos' | null> {
+  const t = (await probe(disk, log)).ptType;
+  return t === 'gpt' || t === 'dos' ? t : null;
+}

@@ -1,0 +1,97 @@
+// Reads block-device facts straight from /sys, because inside the ramdisk there is no udev to
+// publish them (no /dev/disk/by-*, no udev database for lsblk to read).
+import { readFile, readdir, realpath } from 'node:fs/promises';
+import { basename } from 'node:path';
+
+export const SYS_BLOCK = '/sys/block';
+
+export async function readSys(path: string): Promise<string | null> {
+  try {
+    const text = (await readFile(path, 'utf8')).trim();
+    return text === '' ? null : text;
+  } catch {
+    return null;
+  }
+}
+
+export async function listSys(path: string): Promise<string[]> {
+  try {
+    return await readdir(path);
+  } catch {
+    return [];
+  }
+}
+
+/** Partition kernel names of a disk, in partition-number order (`loop3p1`, `sda2`, …). */
+export async function sysPartitions(disk: string): Promise<string[]> {
+  const entries = await listSys(`${SYS_BLOCK}/${disk}`);
+  const parts: { name: string; n: number }[] = [];
+  for (const entry of entries) {
+    if (!entry.startsWith(disk)) continue;
+    const n = Number(await readSys(`${SYS_BLOCK}/${disk}/${entry}/partition`));
+    if (Number.isInteger(n) && n > 0) parts.push({ name: entry, n });
+  }
+  return parts.sort((a, b) => a.n - b.n).map((p) => p.name);
+}
+
+/** The partition number's kernel name for a disk, as the kernel names it (`loop3p2`, `sda2`). */
+export function partitionName(disk: string, n: number): string {
+  return /\d$/.test(disk) ? `${disk}p${n}` : `${disk}${n}`;
+}
+
+/** The first `host:channel:target:lun` under the device's scsi_device directory. */
+export async function sysHctl(name: string): Promise<string | null> {
+  const entries = await listSys(`${SYS_BLOCK}/${name}/device/scsi_device`);
+  return entries[0] ?? null;
+}
+
+/**
+ * The persistent path name udev's path_id would give (`pci-0000:00:1f.2-ata-1`, `pci-0000:01:00.0-nvme-1`,
+ * `pci-0000:00:05.0`, `pci-0000:00:10.0-scsi-0:0:1:0`), derived from the device's sysfs location. Only the
+ * common PCI-attached layouts are covered; anything else (loop, ram, platform devices) has none.
+ */
+export async function sysByPath(name: string): Promise<string | null> {
+  let dev: string;
+  try {
+    dev = await realpath(`${SYS_BLOCK}/${name}`);
+  } catch {
+    return null;
+  }
+  const parts = dev.split('/');
+  const pci = parts.filter((p) => /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/.test(p)).at(-1);
+  if (!pci) return null;
+  let suffix = '';
+  const ata = parts.find((p) => /^ata\d+$/.test(p));
+  const nvme = /^nvme\d+n(\d+)$/.exec(name);
+  const hctl = await sysHctl(name);
+  if (ata) suffix = `-ata-${ata.slice(3)}`;
+  else if (nvme) suffix = `-nvme-${nvme[1]}`;
+  else if (hctl) suffix = `-scsi-${hctl}`;
+  return `/dev/disk/by-path/pci-${pci}${suffix}`;
+}
+
+export interface SysIdentity {
+  serial: string | null;
+  wwn: string | null;
+  wwnWithExtension: string | null;
+  wwnVendorExtension: string | null;
+}
+
+/**
+ * Serial and WWN as the kernel exposes them for virtio, NVMe and SCSI disks. A 32-digit NAA WWN is split as
+ * udev splits it: the first 16 digits are the WWN, the rest its vendor extension.
+ */
+export async function sysIdentity(name: string): Promise<SysIdentity> {
+  const base = `${SYS_BLOCK}/${name}`;
+  const serial = (await readSys(`${base}/serial`)) ?? (await readSys(`${base}/device/serial`));
+  const wwid = (await readSys(`${base}/wwid`)) ?? (await readSys(`${base}/device/wwid`));
+  const naa = wwid ? /^naa\.([0-9a-f]+)$/i.exec(wwid)?.[1]?.toLowerCase() : undefined;
+  if (!naa) return { serial, wwn: wwid, wwnWithExtension: wwid, wwnVendorExtension: null };
+  const wwn = `0x${naa.slice(0, 16)}`;
+  const ext = naa.length > 16 ? `0x${naa.slice(16)}` : null;
+  return { serial, wwn, wwnWithExtension: ext ? `${wwn}${naa.slice(16)}` : wwn, wwnVendorExtension: ext };
+}
+
+export function kernelNameOf(path: string): string {
+  return basename(path);
+}

@@ -1,0 +1,139 @@
+// writeConfigDrivePartition against real loop devices holding GPT and MBR "whole-disk images" made with
+// sgdisk/parted: placement, reuse, refusals, and the VFAT rebuild on 4 KiB-sector disks.
+import { readFile } from 'node:fs/promises';
+import { execa } from 'execa';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { ConfigDriveError, ProtectedDeviceError } from '../agent/errors.ts';
+import { prepareConfigDrive, writeConfigDrivePartition, type ConfigDriveImage } from '../agent/disk/config-drive.ts';
+import { DEFAULT_FILES, buildIso, diskServices, toWire } from './helpers/configdrive.ts';
+import { MiB, withLoops } from './helpers/loop.ts';
+
+let drive: ConfigDriveImage;
+
+beforeAll(async () => {
+  drive = await prepareConfigDrive(diskServices([]), toWire(await buildIso()));
+});
+
+async function blkid(dev: string): Promise<Record<string, string>> {
+  const { stdout } = await execa('blkid', ['-p', '-o', 'export', dev], { reject: false });
+  return Object.fromEntries(stdout.split('\n').filter(Boolean).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+}
+
+async function table(dev: string): Promise<string> {
+  return (await execa('partx', ['-g', '-P', '-o', 'NR,START,SECTORS,TYPE', dev], { reject: false })).stdout;
+}
+
+async function partitionBytes(dev: string, n: number): Promise<{ start: number; size: number }> {
+  const line = (await table(dev)).split('\n').find((l) => l.startsWith(`NR="${n}"`))!;
+  const num = (k: string) => Number(new RegExp(`${k}="(\\d+)"`).exec(line)![1]) * 512;
+  return { start: num('START'), size: num('SECTORS') };
+}
+
+describe('writeConfigDrivePartition', () => {
+  it('adds a 64 MiB Linux partition at the end of a GPT disk and writes the ISO there', async () => {
+    await withLoops([200 * MiB], async ([d]) => {
+      // A small image's GPT: its backup header sits where the image ended, not at the end of the disk.
+      await execa('sgdisk', ['-n', '1:0:+32M', '-t', '1:ef00', d!.path]);
+      const services = diskServices([d!.path]);
+      const { partition } = await writeConfigDrivePartition(services, d!.path, drive);
+      expect(partition).toBe(`${d!.path}p2`);
+      const id = await blkid(partition);
+      expect(id.TYPE).toBe('iso9660');
+      expect(id.LABEL).toBe('config-2');
+      expect(id.PART_ENTRY_TYPE).toBe('0fc63daf-8483-4772-8e79-3d69d8477de4');
+      const { start, size } = await partitionBytes(d!.path, 2);
+      expect(size).toBe(64 * MiB);
+      expect(start % MiB).toBe(0);
+      expect(200 * MiB - (start + size)).toBeLessThanOrEqual(MiB);
+      const onDisk = (await readFile(d!.file)).subarray(start, start + drive.bytes.length);
+      expect(onDisk.equals(drive.bytes)).toBe(true);
+    });
+  });
+
+  it('adds a primary partition at the end of an MBR disk', async () => {
+    await withLoops([160 * MiB], async ([d]) => {
+      await execa('parted', ['-s', d!.path, 'mklabel', 'msdos', 'mkpart', 'primary', 'ext4', '1MiB', '33MiB']);
+      const { partition } = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, drive);
+      expect(partition).toBe(`${d!.path}p2`);
+      expect((await blkid(partition)).LABEL).toBe('config-2');
+      const { start, size } = await partitionBytes(d!.path, 2);
+      expect(size).toBe(64 * MiB);
+      expect(160 * MiB - (start + size)).toBeLessThan(MiB);
+      expect(await table(d!.path)).toMatch(/NR="2".*TYPE="0xc"/);
+    });
+  });
+
+  it('reuses an existing config-2 partition instead of adding one', async () => {
+    await withLoops([200 * MiB], async ([d]) => {
+      await execa('sgdisk', ['-n', '1:0:+32M', '-n', '2:0:+70M', d!.path]);
+      await execa('partx', ['-u', d!.path]);
+      const old = await buildIso({ 'openstack/latest/meta_data.json': '{"old": true}' });
+      await execa('dd', [`of=${d!.path}p2`, 'bs=1M', 'conv=fsync', 'status=none'], { input: old });
+      const before = await table(d!.path);
+      const { partition } = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, drive);
+      expect(partition).toBe(`${d!.path}p2`);
+      expect(await table(d!.path)).toBe(before);
+      const { start } = await partitionBytes(d!.path, 2);
+      expect((await readFile(d!.file)).subarray(start, start + drive.bytes.length).equals(drive.bytes)).toBe(true);
+    });
+  });
+
+  it('refuses an MBR disk with four primary partitions and leaves its table alone', async () => {
+    await withLoops([200 * MiB], async ([d]) => {
+      const mk = (a: number, b: number) => ['mkpart', 'primary', 'ext4', `${a}MiB`, `${b}MiB`];
+      await execa('parted', ['-s', d!.path, 'mklabel', 'msdos', ...mk(1, 10), ...mk(10, 20), ...mk(20, 30), ...mk(30, 40)]);
+      const before = await table(d!.path);
+      const err = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, drive).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ConfigDriveError);
+      expect((err as Error).message).toMatch(/MBR partitioning and already has 4 primary partitions/);
+      expect(await table(d!.path)).toBe(before);
+    });
+  });
+
+  it('refuses a disk without room for the partition', async () => {
+    await withLoops([100 * MiB], async ([d]) => {
+      await execa('sgdisk', ['-n', '1:0:+60M', d!.path]);
+      const before = await table(d!.path);
+      const err = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, drive).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ConfigDriveError);
+      expect((err as Error).message).toMatch(/No room for a 64 MiB config drive partition/);
+      expect(await table(d!.path)).toBe(before);
+    });
+  });
+
+  it('refuses a disk with no partition table', async () => {
+    await withLoops([100 * MiB], async ([d]) => {
+      const err = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, drive).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ConfigDriveError);
+      expect((err as Error).message).toMatch(/no partition table/);
+    });
+  });
+
+  it('refuses a disk the device guard does not allow', async () => {
+    await withLoops([100 * MiB], async ([d]) => {
+      await execa('sgdisk', ['-n', '1:0:+10M', d!.path]);
+      const before = await table(d!.path);
+      const err = await writeConfigDrivePartition(diskServices(['/dev/null-not-this-one']), d!.path, drive).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ProtectedDeviceError);
+      expect(await table(d!.path)).toBe(before);
+    });
+  });
+
+  it('rebuilds the drive as VFAT labelled CONFIG-2 on a 4 KiB-sector disk, with the same files', async () => {
+    await withLoops(
+      [200 * MiB],
+      async ([d]) => {
+        await execa('sgdisk', ['-n', '1:0:+32M', d!.path]);
+        const { partition } = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, drive);
+        const id = await blkid(partition);
+        expect(id.TYPE).toBe('vfat');
+        expect(id.LABEL).toBe('CONFIG-2');
+        for (const [path, content] of Object.entries(DEFAULT_FILES)) {
+          const { stdout } = await execa('mtype', ['-i', partition, `::/${path}`], { env: { MTOOLS_SKIP_CHECK: '1' } });
+          expect(stdout).toBe(content.replace(/\n$/, ''));
+        }
+      },
+      { sectorSize: 4096 },
+    );
+  });
+});

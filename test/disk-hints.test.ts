@@ -1,0 +1,87 @@
+import { describe, expect, it } from 'vitest';
+import { HintError, matchesHints, parseHints, quote } from '../agent/disk/hints.ts';
+
+const GiB = 2 ** 30;
+const disk = {
+  name: '/dev/sda',
+  size: 100 * GiB,
+  model: 'Samsung SSD 860',
+  vendor: 'ATA',
+  serial: 'S3Z9NB0K123456',
+  wwn: '0x5002538e40a1b2c3',
+  wwn_with_extension: '0x5002538e40a1b2c3',
+  wwn_vendor_extension: null,
+  rotational: false,
+  hctl: '1:0:0:0',
+  by_path: '/dev/disk/by-path/pci-0000:00:1f.2-ata-1',
+  tran: 'sata',
+};
+
+const match = (hints: Record<string, unknown>, dev: Record<string, unknown> = disk) =>
+  matchesHints(dev as Parameters<typeof matchesHints>[0], parseHints(hints));
+
+describe('root device hints', () => {
+  it.each([
+    [{ size: 100 }, true],
+    [{ size: 101 }, false],
+    [{ size: '== 100' }, true],
+    [{ size: '!= 100' }, false],
+    [{ size: '>= 50' }, true],
+    [{ size: '>= 150' }, false],
+    [{ size: '<= 100' }, true],
+    [{ size: '< 100' }, false],
+    [{ size: '> 99' }, true],
+    [{ size: '= 10' }, true],
+    [{ size: '<or> 10 <or> 100' }, true],
+    [{ size: '<or> 10 <or> 20' }, false],
+    [{ size: '<range-in> [100 200]' }, true],
+    [{ size: '<range-in> (100 200]' }, false],
+    [{ model: 'samsung ssd 860' }, true],
+    [{ model: 's== Samsung SSD 860' }, true],
+    [{ model: 's!= Samsung SSD 860' }, false],
+    [{ model: '<in> SSD' }, true],
+    [{ model: '<in> HDD' }, false],
+    [{ model: '<all-in> samsung 860' }, true],
+    [{ model: '<all-in> samsung 870' }, false],
+    [{ serial: '<or> nope <or> s3z9nb0k123456' }, true],
+    [{ serial: 's>= S3' }, true],
+    [{ serial: 's< A' }, false],
+    [{ vendor: 'ata', rotational: false }, true],
+    [{ rotational: 'yes' }, false],
+    [{ wwn: '0x5002538E40A1B2C3' }, true],
+    [{ wwn_with_extension: '0x5002538e40a1b2c3' }, true],
+    [{ wwn_vendor_extension: '0x1' }, false],
+    [{ name: '/dev/sda' }, true],
+    [{ name: 'sda' }, false],
+    [{ hctl: '1:0:0:0' }, true],
+    [{ by_path: '/dev/disk/by-path/pci-0000:00:1f.2-ata-1' }, true],
+    [{ tran: 'sata', size: '>= 100', model: '<in> samsung' }, true],
+    [{ tran: 'sata', size: '>= 200' }, false],
+  ])('%j matches: %s', (hints, expected) => {
+    expect(match(hints)).toBe(expected);
+  });
+
+  it('a device with no value for a string hint never matches', () => {
+    expect(match({ serial: '<in> s' }, { ...disk, serial: null })).toBe(false);
+    expect(match({ serial: 's!= x' }, { ...disk, serial: '' })).toBe(false);
+  });
+
+  it.each([
+    [{ colour: 'red' }, /hints "colour" are invalid/],
+    [{ size: 'big' }, /not an integer/],
+    [{ size: 0 }, /positive integer/],
+    [{ size: 's== 10' }, /does not compare numbers/],
+    [{ model: 12 }, /not a string/],
+    [{ model: '>= 3' }, /is a string/],
+    [{ rotational: 'maybe' }, /not a Boolean/],
+    [{ size: '<range-in> 1 2' }, /invalid range/],
+    [{ model: '   ' }, /empty/],
+  ])('%j is rejected', (hints, message) => {
+    expect(() => parseHints(hints)).toThrow(HintError);
+    expect(() => parseHints(hints)).toThrow(message);
+  });
+
+  it('quotes like Python quote(): spaces and colons escaped, slashes kept', () => {
+    expect(quote('a b/c:d')).toBe('a%20b/c%3Ad');
+  });
+});

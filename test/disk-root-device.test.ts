@@ -1,0 +1,118 @@
+// chooseRootDevice over three real loop devices (sparse, so 6 GiB costs nothing): every operator family,
+// the no-hints rule, skip lists, the device guard, and DeviceNotFound naming what was seen.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DeviceNotFound } from '../agent/errors.ts';
+import { listBlockDevices } from '../agent/disk/block-devices.ts';
+import { chooseRootDevice } from '../agent/disk/root-device.ts';
+import { diskServices } from './helpers/configdrive.ts';
+import { attachLoop, detachLoop, GiB, type LoopDevice } from './helpers/loop.ts';
+
+let small: LoopDevice;
+let mid: LoopDevice;
+let big: LoopDevice;
+let paths: string[];
+
+beforeAll(async () => {
+  small = await attachLoop(1 * GiB);
+  mid = await attachLoop(5 * GiB);
+  big = await attachLoop(6 * GiB);
+  paths = [small.path, mid.path, big.path];
+});
+
+afterAll(async () => {
+  for (const d of [small, mid, big]) if (d) await detachLoop(d);
+});
+
+const choose = (hints?: Record<string, unknown>, flags: Record<string, string> = {}) =>
+  chooseRootDevice(diskServices(paths, flags), hints).then((d) => d.path);
+
+describe('listBlockDevices', () => {
+  it('lists exactly the allow-listed loop devices, with sizes and sector sizes', async () => {
+    const devs = await listBlockDevices(diskServices(paths));
+    const loops = devs.filter((d) => d.type === 'loop');
+    expect(loops.map((d) => d.path).sort()).toEqual([...paths].sort());
+    const m = loops.find((d) => d.path === mid.path)!;
+    expect(m.size).toBe(5 * GiB);
+    expect(m.logicalSectorSize).toBe(512);
+    expect(m.name).toBe(mid.path.slice('/dev/'.length));
+  });
+
+  it('leaves out loop devices that are not allow-listed', async () => {
+    const devs = await listBlockDevices(diskServices([mid.path]));
+    expect(devs.filter((d) => d.type === 'loop').map((d) => d.path)).toEqual([mid.path]);
+  });
+});
+
+describe('chooseRootDevice', () => {
+  it('without hints picks the smallest disk of at least 4 GiB', async () => {
+    expect(await choose()).toBe(mid.path);
+  });
+
+  it.each([
+    ['size ==', () => ({ size: 6 }), () => big.path],
+    ['size >=', () => ({ size: '>= 6' }), () => big.path],
+    ['size <', () => ({ size: '< 2' }), () => small.path],
+    ['size <range-in>', () => ({ size: '<range-in> [4 5]' }), () => mid.path],
+    ['size <or>', () => ({ size: '<or> 1 <or> 7' }), () => small.path],
+    ['name s==', () => ({ name: big.path }), () => big.path],
+    ['name s!=', () => ({ name: `s!= ${small.path}`, size: '> 5' }), () => big.path],
+    ['name <in>', () => ({ name: `<in> ${mid.path.slice(5)}` }), () => mid.path],
+    ['name <or>', () => ({ name: `<or> /dev/nothing <or> ${mid.path}` }), () => mid.path],
+    ['rotational', () => ({ rotational: true, size: 6 }), () => big.path],
+  ])('hint %s', async (_label, hints, expected) => {
+    expect(await choose(hints())).toBe(expected());
+  });
+
+  it('reads the node root_device hints when none are passed', async () => {
+    const services = diskServices(paths);
+    services.state.update({ node: { uuid: 'n1', properties: { root_device: { size: 6 } }, instance_info: {}, driver_internal_info: {} } });
+    expect((await chooseRootDevice(services)).path).toBe(big.path);
+  });
+
+  it('honours the node skip_block_devices and the agent skip list', async () => {
+    const services = diskServices(paths);
+    services.state.update({
+      node: { uuid: 'n1', properties: { skip_block_devices: [{ name: mid.path }, { volume_name: 'r0' }] }, instance_info: {}, driver_internal_info: {} },
+    });
+    expect((await chooseRootDevice(services)).path).toBe(big.path);
+    expect(await choose(undefined, { 'ipa-skip-block-devices': mid.path })).toBe(big.path);
+  });
+
+  it('never picks a device the guard protects (mounted here)', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'ina-mnt-'));
+    await execa('mkfs.ext4', ['-q', '-F', '-E', 'lazy_itable_init=1,lazy_journal_init=1', mid.path]);
+    await execa('mount', [mid.path, dir]);
+    try {
+      expect(await choose()).toBe(big.path);
+      const err = await choose({ size: 5 }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(DeviceNotFound);
+      expect((err as Error).message).toContain(`${mid.path} (5.00 GiB): protected, it is mounted at ${dir}`);
+    } finally {
+      await execa('umount', [dir]);
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('says which devices it saw when no hint matches', async () => {
+    const err = await choose({ model: 'Some SSD' }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(DeviceNotFound);
+    for (const p of paths) expect((err as Error).message).toContain(p);
+  });
+
+  it('says all disks are too small when none reaches 4 GiB', async () => {
+    const err = await chooseRootDevice(diskServices([small.path])).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(DeviceNotFound);
+    expect((err as Error).message).toMatch(/smaller than 4294967296B/);
+  });
+
+  it('turns invalid hints into DeviceNotFound saying they failed to validate', async () => {
+    const err = await choose({ colour: 'blue' }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(DeviceNotFound);
+    expect((err as Error).message).toMatch(/failed to validate/);
+  });
+});
+
