@@ -1,0 +1,60 @@
+// qemu-img, for images that passed inspection: `convert` straight onto the device with O_DIRECT|O_DSYNC,
+// out-of-order writes and no sparse skipping, under an address-space limit; progress from its `-p` output.
+import { ImageWriteError } from '../errors.ts';
+import { spawnTool } from '../exec.ts';
+import type { Logger } from '../log.ts';
+import type { DeviceGuard } from '../safety/device-guard.ts';
+
+const MEMORY_ERRORS = /Cannot allocate memory|Resource temporarily unavailable/;
+const ATTEMPTS = 3;
+
+interface ToolFailure {
+  exitCode?: number;
+  stderr?: string;
+  shortMessage?: string;
+}
+
+export async function convertToDevice(opts: {
+  file: string;
+  format: string;
+  device: string;
+  memoryLimitMiB: number;
+  guard: DeviceGuard;
+  log: Logger;
+  onPercent(percent: number): void;
+}): Promise<void> {
+  const args = [
+    `--as=${opts.memoryLimitMiB * 1024 * 1024}`,
+    '--',
+    'qemu-img', 'convert', '-p', '-f', opts.format, '-O', 'host_device', '-t', 'directsync', '-S', '0', '-W',
+    opts.file, opts.device,
+  ];
+  for (let attempt = 1; ; attempt++) {
+    await opts.guard.assertWritable(opts.device, 'convert an image onto');
+    opts.log.info({ cmd: `prlimit ${args.join(' ')}`, attempt }, 'converting image');
+    const child = spawnTool('prlimit', args, {
+      env: { MALLOC_ARENA_MAX: '3', LC_ALL: 'C' },
+      buffer: { stdout: false, stderr: true },
+      stdin: 'ignore',
+    });
+    child.stdout?.setEncoding('utf8').on('data', (text: string) => {
+      const all = [...text.matchAll(/\((\d+(?:\.\d+)?)\/100%\)/g)];
+      const last = all.at(-1);
+      if (last) opts.onPercent(Number(last[1]));
+    });
+    try {
+      await child;
+      return;
+    } catch (err) {
+      const f = err as ToolFailure;
+      const stderr = String(f.stderr ?? '').trim().slice(0, 2000);
+      if (attempt < ATTEMPTS && MEMORY_ERRORS.test(stderr)) {
+        opts.log.warn({ attempt, stderr }, 'qemu-img ran out of memory, retrying');
+        continue;
+      }
+      throw new ImageWriteError(
+        `Writing image to device ${opts.device} failed with exit code ${f.exitCode ?? 'unknown'}. stderr: ${stderr || f.shortMessage}`,
+      );
+    }
+  }
+}

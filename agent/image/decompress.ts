@@ -1,0 +1,71 @@
+// On-the-fly decompression of a downloaded image, chosen by the first bytes: gzip in-process (zlib),
+// zstd and xz through Debian's tools. Used as a stage of a stream pipeline.
+import { Readable, type Duplex } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { createGunzip } from 'node:zlib';
+import { AgentError, InvalidImage, errorText } from '../errors.ts';
+import { spawnTool } from '../exec.ts';
+
+export type Compression = 'gzip' | 'zstd' | 'xz' | 'none';
+
+const MAGIC: [Compression, Buffer][] = [
+  ['gzip', Buffer.from([0x1f, 0x8b])],
+  ['zstd', Buffer.from([0x28, 0xb5, 0x2f, 0xfd])],
+  ['xz', Buffer.from([0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00])],
+];
+
+export function detectCompression(head: Buffer): Compression {
+  for (const [kind, magic] of MAGIC) if (head.subarray(0, magic.length).equals(magic)) return kind;
+  return 'none';
+}
+
+function decoder(kind: Exclude<Compression, 'none'>): Duplex {
+  if (kind === 'gzip') return createGunzip({ chunkSize: 256 * 1024 });
+  return spawnTool(kind, ['-dc'], { buffer: { stdout: false, stderr: true }, stripFinalNewline: true }).duplex();
+}
+
+/**
+ * A pipeline stage that passes plain data through and decompresses gzip/zstd/xz data; `onDetect` hears
+ * which one it found before any byte leaves the stage.
+ */
+export function decompressStage(onDetect: (kind: Compression) => void) {
+  return async function* decompress(source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+    const it = source[Symbol.asyncIterator]();
+    const headParts: Buffer[] = [];
+    let headLength = 0;
+    while (headLength < 6) {
+      const r = await it.next();
+      if (r.done) break;
+      headParts.push(r.value);
+      headLength += r.value.length;
+    }
+    const head = Buffer.concat(headParts);
+    const kind = detectCompression(head);
+    onDetect(kind);
+    async function* everything(): AsyncGenerator<Buffer> {
+      if (head.length > 0) yield head;
+      for (;;) {
+        const r = await it.next();
+        if (r.done) return;
+        yield r.value;
+      }
+    }
+    if (kind === 'none') {
+      yield* everything();
+      return;
+    }
+    const tool = decoder(kind);
+    const feeding = pipeline(Readable.from(everything()), tool);
+    feeding.catch(() => undefined);
+    try {
+      for await (const chunk of tool) yield chunk as Buffer;
+      await feeding;
+    } catch (err) {
+      // Download errors pass through the decoder unchanged; anything else is the decoder's verdict.
+      if (err instanceof AgentError) throw err;
+      throw new InvalidImage(`the image's ${kind} data could not be decompressed: ${errorText(err)}`);
+    } finally {
+      tool.destroy();
+    }
+  };
+}

@@ -1,0 +1,96 @@
+// Which undici dispatcher carries a request: direct or through the proxy `image_info` names for the URL's
+// scheme, unless `no_proxy` covers the host. TLS (insecure, CA file, minimum version) applies to all.
+import { readFileSync } from 'node:fs';
+import { Agent, ProxyAgent, interceptors, type Dispatcher } from 'undici';
+import { InvalidCommandParamsError } from '../errors.ts';
+
+export interface DispatchOptions {
+  connectTimeoutMs: number;
+  /** No byte for this long (headers or body) counts as a stalled connection. */
+  stallTimeoutMs: number;
+  insecure: boolean;
+  caFile?: string;
+  minTlsVersion: '1.2' | '1.3';
+  proxies: { http?: string; https?: string };
+  noProxy?: string;
+}
+
+/** `no_proxy` as curl and requests read it: `*`, or host names / domain suffixes, each with an optional port. */
+export function bypassesProxy(url: URL, noProxy: string | undefined): boolean {
+  if (!noProxy) return false;
+  const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  const port = url.port || (url.protocol === 'https:' ? '443' : '80');
+  for (const raw of noProxy.split(/[\s,]+/)) {
+    const entry = raw.trim().toLowerCase();
+    if (!entry) continue;
+    if (entry === '*') return true;
+    const m = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(entry);
+    if (!m) continue;
+    if (m[2] && m[2] !== port) continue;
+    const name = m[1]!.replace(/^\[|\]$/g, '').replace(/^\*?\./, '');
+    if (host === name || host.endsWith(`.${name}`)) return true;
+  }
+  return false;
+}
+
+export class Dispatchers {
+  private readonly cache = new Map<string, Dispatcher>();
+  private readonly tls: Record<string, unknown>;
+
+  constructor(private readonly opts: DispatchOptions) {
+    let ca: string | undefined;
+    if (opts.caFile) {
+      try {
+        ca = readFileSync(opts.caFile, 'utf8');
+      } catch (err) {
+        throw new InvalidCommandParamsError(`cannot read the CA file ${opts.caFile}: ${(err as Error).message}`);
+      }
+    }
+    this.tls = {
+      rejectUnauthorized: !opts.insecure,
+      minVersion: opts.minTlsVersion === '1.3' ? 'TLSv1.3' : 'TLSv1.2',
+      ...(ca ? { ca } : {}),
+    };
+  }
+
+  /** The proxy URL a request to `url` goes through, or undefined for a direct connection. */
+  proxyFor(url: URL): string | undefined {
+    const proxy = url.protocol === 'https:' ? this.opts.proxies.https : this.opts.proxies.http;
+    return proxy && !bypassesProxy(url, this.opts.noProxy) ? proxy : undefined;
+  }
+
+  for(url: URL): Dispatcher {
+    const proxy = this.proxyFor(url);
+    const key = proxy ? `${url.protocol}${proxy}` : 'direct';
+    let d = this.cache.get(key);
+    if (!d) {
+      d = this.build(url.protocol, proxy);
+      this.cache.set(key, d);
+    }
+    return d;
+  }
+
+  private build(protocol: string, proxy: string | undefined): Dispatcher {
+    const common = {
+      headersTimeout: this.opts.stallTimeoutMs,
+      bodyTimeout: this.opts.stallTimeoutMs,
+      connectTimeout: this.opts.connectTimeoutMs,
+    };
+    const base = proxy
+      ? new ProxyAgent({
+          ...common,
+          uri: proxy,
+          // Plain http goes to the proxy as an absolute-URI request; https is tunnelled with CONNECT.
+          proxyTunnel: protocol === 'https:',
+          requestTls: { ...this.tls, timeout: this.opts.connectTimeoutMs },
+          proxyTls: { ...this.tls, timeout: this.opts.connectTimeoutMs },
+        })
+      : new Agent({ ...common, connect: { ...this.tls, timeout: this.opts.connectTimeoutMs } });
+    return base.compose(interceptors.redirect({ maxRedirections: 5 }));
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.cache.values()].map((d) => d.close().catch(() => undefined)));
+    this.cache.clear();
+  }
+}

@@ -1,0 +1,174 @@
+// Image downloads over HTTP(S): retries with a fixed interval, fallback across the image's URLs, a
+// stall timeout, an overall deadline, and resume. When a transfer breaks and the server offered byte
+// ranges with a validator (ETag or Last-Modified), the body continues from the byte reached with Range +
+// If-Range, so whatever consumes it (hash, decompressor, disk) never notices. Otherwise the body fails
+// with a retryable ImageDownloadError and the caller starts over from byte zero.
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Readable } from 'node:stream';
+import { request, type Dispatcher } from 'undici';
+import { ImageDownloadError, ImageDownloadTimeoutError, errorText } from '../errors.ts';
+import type { Logger } from '../log.ts';
+import type { Dispatchers } from './dispatchers.ts';
+
+/** A download error that no retry can fix (a 4xx other than 408/429). */
+export class ImageDownloadFatalError extends ImageDownloadError {}
+
+export interface FetchPolicy {
+  retries: number;
+  retryIntervalMs: number;
+  /** Epoch ms after which the download gives up for good (0: no deadline). */
+  deadline: number;
+  authorization?: string;
+  log: Logger;
+}
+
+export interface OpenedImage {
+  url: string;
+  /** The body's length as the server declared it. */
+  totalBytes?: number;
+  body: Readable;
+}
+
+type Response = Dispatcher.ResponseData;
+
+const MAX_ERROR_BODY = 300;
+
+function header(res: Response, name: string): string | undefined {
+  const v = res.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+async function drain(res: Response): Promise<string> {
+  try {
+    const text = await res.body.text();
+    return text.length > MAX_ERROR_BODY ? `${text.slice(0, MAX_ERROR_BODY)}…` : text;
+  } catch {
+    return '';
+  }
+}
+
+export class ImageFetcher {
+  constructor(
+    private readonly dispatchers: Dispatchers,
+    private readonly policy: FetchPolicy,
+  ) {}
+
+  private checkDeadline(): void {
+    if (this.policy.deadline > 0 && Date.now() > this.policy.deadline) {
+      throw new ImageDownloadTimeoutError('The image download did not finish within ipa-image-download-max-duration');
+    }
+  }
+
+  private async get(url: string, extra: Record<string, string> = {}): Promise<Response> {
+    const headers: Record<string, string> = { 'accept-encoding': 'identity', ...extra };
+    if (this.policy.authorization) headers.authorization = this.policy.authorization;
+    return request(url, { method: 'GET', headers, dispatcher: this.dispatchers.for(new URL(url)) });
+  }
+
+  /**
+   * The first good response from `urls`, in order, each tried `retries + 1` times. A 4xx other than 408
+   * and 429 ends everything at once; 5xx and transport errors are retried, then the next URL is tried.
+   */
+  private async firstResponse(urls: readonly string[], what: string): Promise<{ url: string; res: Response }> {
+    const failures: string[] = [];
+    for (const url of urls) {
+      for (let attempt = 0; attempt <= this.policy.retries; attempt++) {
+        if (attempt > 0) await sleep(this.policy.retryIntervalMs);
+        this.checkDeadline();
+        let res: Response;
+        try {
+          res = await this.get(url);
+        } catch (err) {
+          failures.push(`${url}: ${errorText(err)}`);
+          this.policy.log.warn({ url, attempt, err: errorText(err) }, `${what} request failed`);
+          continue;
+        }
+        if (res.statusCode === 200) return { url, res };
+        const text = `${url}: received status code ${res.statusCode}, expected 200. Response body: ${await drain(res)}`;
+        if (res.statusCode >= 400 && res.statusCode < 500 && res.statusCode !== 408 && res.statusCode !== 429) {
+          throw new ImageDownloadFatalError(`${what}: ${text}`);
+        }
+        failures.push(text);
+        this.policy.log.warn({ url, attempt, status: res.statusCode }, `${what} request failed`);
+      }
+    }
+    throw new ImageDownloadError(`${what} failed from every URL:\n ${failures.join('\n ')}`);
+  }
+
+  /** A small text document (a checksum file), limited to 1 MiB. */
+  async text(url: string, what: string): Promise<string> {
+    const { res } = await this.firstResponse([url], what);
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of res.body) {
+      size += (chunk as Buffer).length;
+      if (size > 1024 * 1024) {
+        res.body.destroy();
+        throw new ImageDownloadFatalError(`${what} from ${url} is larger than 1 MiB`);
+      }
+      chunks.push(chunk as Buffer);
+    }
+    return Buffer.concat(chunks).toString('utf8');
+  }
+
+  /** Opens the image: resolves once a server answered 200, with a body that resumes where it can. */
+  async open(urls: readonly string[]): Promise<OpenedImage> {
+    const { url, res } = await this.firstResponse(urls, 'Image download');
+    const length = header(res, 'content-length');
+    const totalBytes = length !== undefined && /^\d+$/.test(length) ? Number(length) : undefined;
+    return { url, totalBytes, body: Readable.from(this.resumingBody(url, res, totalBytes), { objectMode: false }) };
+  }
+
+  private async *resumingBody(url: string, first: Response, totalBytes: number | undefined): AsyncGenerator<Buffer> {
+    const etag = header(first, 'etag');
+    const validator = etag && !etag.startsWith('W/') ? etag : header(first, 'last-modified');
+    const resumable = header(first, 'accept-ranges')?.toLowerCase() === 'bytes' && !!validator && totalBytes !== undefined;
+    let res = first;
+    let offset = 0;
+    let breaks = 0;
+    for (;;) {
+      try {
+        for await (const chunk of res.body) {
+          this.checkDeadline();
+          offset += (chunk as Buffer).length;
+          yield chunk as Buffer;
+        }
+        if (totalBytes !== undefined && offset !== totalBytes) {
+          throw new Error(`the body ended after ${offset} of ${totalBytes} bytes`);
+        }
+        return;
+      } catch (err) {
+        if (err instanceof ImageDownloadTimeoutError) throw err;
+        res.body.destroy();
+        const why = `download from ${url} broke at byte ${offset}: ${errorText(err)}`;
+        if (!resumable) throw new ImageDownloadError(`${why}; the server does not support resuming`);
+        this.policy.log.warn({ url, offset, err: errorText(err) }, 'image download broke, resuming');
+        ({ res, breaks } = await this.resume(url, offset, validator!, why, breaks));
+      }
+    }
+  }
+
+  /**
+   * A 206 continuing at `offset` of the same entity. Transport errors and 5xx count as further breaks;
+   * any other answer (the entity changed, ranges refused) is a retryable error to start over.
+   */
+  private async resume(url: string, offset: number, validator: string, why: string, breaks: number): Promise<{ res: Response; breaks: number }> {
+    for (;;) {
+      if (++breaks > this.policy.retries) throw new ImageDownloadError(`${why}; gave up after ${breaks - 1} resume attempts`);
+      await sleep(this.policy.retryIntervalMs);
+      this.checkDeadline();
+      let res: Response;
+      try {
+        res = await this.get(url, { range: `bytes=${offset}-`, 'if-range': validator });
+      } catch (err) {
+        this.policy.log.warn({ url, offset, err: errorText(err) }, 'resume request failed');
+        continue;
+      }
+      const range = /^bytes (\d+)-/.exec(header(res, 'content-range') ?? '');
+      if (res.statusCode === 206 && range && Number(range[1]) === offset) return { res, breaks };
+      await drain(res);
+      if (res.statusCode >= 500) continue;
+      throw new ImageDownloadError(`${why}; the server answered the resume with status ${res.statusCode}, starting over`);
+    }
+  }
+}

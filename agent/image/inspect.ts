@@ -1,0 +1,94 @@
+// Disk-image format detection and safety checks: pure functions over the first bytes of an image (and,
+// for VHD, its last 512). Nothing here runs a tool; qemu-img only sees a file that passed these checks.
+
+export type ImageFormat = 'raw' | 'qcow2' | 'vmdk' | 'vhdx' | 'vhd' | 'vdi' | 'qed' | 'iso' | 'luks';
+
+export interface ImageInspection {
+  format: ImageFormat;
+  /** The guest-visible size, when the header states it. */
+  virtualSize?: number;
+  /** Reasons this image must not be written, whatever the allow-list says. */
+  unsafe: string[];
+}
+
+/** Bytes of the head inspection needs: ISO 9660's descriptor sits at 32 KiB, qcow2 names at most 64 KiB in. */
+export const INSPECT_HEAD_BYTES = 64 * 1024;
+
+const QCOW2_KNOWN_INCOMPATIBLE = 0x1fn;
+const QCOW2_INCOMPAT_CORRUPT = 0x2n;
+const QCOW2_INCOMPAT_DATA_FILE = 0x4n;
+const QCOW2_EXT_DATA_FILE = 0x44415441;
+
+function has(head: Buffer, offset: number, text: string | Buffer): boolean {
+  const want = typeof text === 'string' ? Buffer.from(text, 'latin1') : text;
+  return head.length >= offset + want.length && head.subarray(offset, offset + want.length).equals(want);
+}
+
+function inspectQcow2(head: Buffer): ImageInspection {
+  const unsafe: string[] = [];
+  if (head.length < 72) return { format: 'qcow2', unsafe: ['qcow2 header is truncated'] };
+  const version = head.readUInt32BE(4);
+  const backingOffset = head.readBigUInt64BE(8);
+  const virtualSize = Number(head.readBigUInt64BE(24));
+  const cryptMethod = head.readUInt32BE(32);
+  if (version !== 2 && version !== 3) unsafe.push(`qcow2 version ${version} is not supported`);
+  if (backingOffset !== 0n) {
+    const size = head.readUInt32BE(16);
+    const at = Number(backingOffset);
+    const name = at + size <= head.length ? head.toString('utf8', at, at + size) : '(beyond the header)';
+    unsafe.push(`qcow2 image has a backing file: ${name}`);
+  }
+  if (cryptMethod !== 0) unsafe.push('qcow2 image is encrypted');
+  if (version === 3 && head.length >= 104) {
+    const incompatible = head.readBigUInt64BE(72);
+    if (incompatible & QCOW2_INCOMPAT_DATA_FILE) unsafe.push('qcow2 image uses an external data file');
+    if (incompatible & QCOW2_INCOMPAT_CORRUPT) unsafe.push('qcow2 image is marked corrupt');
+    if (incompatible & ~QCOW2_KNOWN_INCOMPATIBLE) unsafe.push('qcow2 image has unknown incompatible features');
+    unsafe.push(...qcow2ExtensionProblems(head, head.readUInt32BE(100)));
+  }
+  return { format: 'qcow2', virtualSize, unsafe };
+}
+
+/** Header extensions follow the header; a data-file name there counts even if the feature bit is clear. */
+function qcow2ExtensionProblems(head: Buffer, headerLength: number): string[] {
+  let at = headerLength;
+  while (at + 8 <= head.length) {
+    const type = head.readUInt32BE(at);
+    const length = head.readUInt32BE(at + 4);
+    if (type === 0) return [];
+    if (type === QCOW2_EXT_DATA_FILE) {
+      return [`qcow2 image names an external data file: ${head.toString('utf8', at + 8, Math.min(head.length, at + 8 + length))}`];
+    }
+    at += 8 + Math.ceil(length / 8) * 8;
+  }
+  return [];
+}
+
+function inspectVmdk(head: Buffer): ImageInspection {
+  if (has(head, 0, 'KDMV') && head.length >= 20) {
+    return { format: 'vmdk', virtualSize: Number(head.readBigUInt64LE(12)) * 512, unsafe: [] };
+  }
+  return { format: 'vmdk', unsafe: ['vmdk descriptor files reference other files'] };
+}
+
+function hasBootSignature(head: Buffer): boolean {
+  return head.length >= 512 && head[510] === 0x55 && head[511] === 0xaa;
+}
+
+/** What an image is, judged from its head (and optionally its last 512 bytes, where a fixed VHD keeps its footer). */
+export function inspectImage(head: Buffer, tail?: Buffer): ImageInspection {
+  if (has(head, 0, Buffer.from([0x51, 0x46, 0x49, 0xfb]))) return inspectQcow2(head);
+  if (has(head, 0, 'QED\0')) return { format: 'qed', unsafe: ['qed images are never accepted'] };
+  if (has(head, 0, 'KDMV') || has(head, 0, '# Disk DescriptorFile')) return inspectVmdk(head);
+  if (has(head, 0, 'vhdxfile')) return { format: 'vhdx', unsafe: [] };
+  if (has(head, 0, 'conectix')) return { format: 'vhd', virtualSize: Number(head.readBigUInt64BE(48)), unsafe: [] };
+  if (tail && has(tail, tail.length - 512, 'conectix')) {
+    return { format: 'vhd', virtualSize: Number(tail.readBigUInt64BE(tail.length - 512 + 48)), unsafe: [] };
+  }
+  if (has(head, 64, Buffer.from([0x7f, 0x10, 0xda, 0xbe]))) return { format: 'vdi', unsafe: [] };
+  if (has(head, 0, Buffer.from([0x4c, 0x55, 0x4b, 0x53, 0xba, 0xbe]))) return { format: 'luks', unsafe: [] };
+  // A hybrid ISO carries a partition table and boots as a disk: that is a raw disk image.
+  if (has(head, 32769, 'CD001') && !hasBootSignature(head)) return { format: 'iso', unsafe: [] };
+  return { format: 'raw', unsafe: [] };
+}
+

@@ -1,0 +1,287 @@
+// The deploy data path, in one place. Stream path (raw images with stream_raw_images):
+//   download ─▶ hash + count ─▶ decompress (gzip/zstd/xz by magic) ─▶ head gate ─▶ device
+// Buffered path (everything else):
+//   download ─▶ hash + count ─▶ decompress ─▶ buffer file ─▶ verify ─▶ inspect ─▶ qemu-img / copy ─▶ device
+// The hash covers the downloaded bytes and runs on the main thread while the disk writes run in libuv's
+// pool, so hashing overlaps I/O. A broken download resumes inside fetch.ts where the server allows it;
+// otherwise the whole attempt is retried from byte zero.
+import { createHash, type Hash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { open, rm, stat } from 'node:fs/promises';
+import { pipeline } from 'node:stream/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { AgentServices } from '../commands/types.ts';
+import { ImageDownloadError, InvalidImage, errorText } from '../errors.ts';
+import { bufferBudget, bufferPath, ImageDownloadOutofSpaceError } from './buffer.ts';
+import { expectedDigest, imageFileNames, parseChecksumFile, verifyDigest, type ExpectedDigest } from './checksum.ts';
+import { convertToDevice } from './convert.ts';
+import { decompressStage, type Compression } from './decompress.ts';
+import { Dispatchers } from './dispatchers.ts';
+import { ImageDownloadFatalError, ImageFetcher, type OpenedImage } from './fetch.ts';
+import type { ImageInfo } from './image-info.ts';
+import { INSPECT_HEAD_BYTES, inspectImage, type ImageInspection } from './inspect.ts';
+import type { ProgressMeter } from './progress.ts';
+import { BlockWriter, TooLargeError, clearSignatures, headHasGpt, openForWrite, settlePartitionTable } from './write.ts';
+
+export interface TargetDevice {
+  path: string;
+  size: number;
+}
+
+export interface PipelineJob {
+  services: Pick<AgentServices, 'config' | 'log' | 'guard'>;
+  info: ImageInfo;
+  device: TargetDevice;
+  meter: ProgressMeter;
+}
+
+/** Errors a fresh attempt from byte zero may fix: broken or refused transfers, never bad images or disks. */
+function retryable(err: unknown): boolean {
+  return err instanceof ImageDownloadError && !(err instanceof ImageDownloadFatalError) && !(err instanceof ImageDownloadOutofSpaceError);
+}
+
+/** Downloads, verifies and writes the image onto the device; returns how it went there. */
+export async function writeImage(job: PipelineJob): Promise<{ path: 'stream' | 'buffer'; bytes: number }> {
+  const { config, log } = job.services;
+  const dispatchers = new Dispatchers({
+    connectTimeoutMs: config.image.connectTimeoutS * 1000,
+    stallTimeoutMs: config.image.connectTimeoutS * 1000,
+    insecure: config.tls.insecure,
+    caFile: config.tls.caFile,
+    minTlsVersion: config.tls.minVersion,
+    proxies: job.info.proxies,
+    noProxy: job.info.noProxy,
+  });
+  const fetcher = new ImageFetcher(dispatchers, {
+    retries: config.image.retries,
+    retryIntervalMs: config.image.retryIntervalS * 1000,
+    deadline: config.image.maxDurationS > 0 ? Date.now() + config.image.maxDurationS * 1000 : 0,
+    authorization: job.info.authorization,
+    log,
+  });
+  const stream = job.info.streamRaw && job.info.diskFormat === 'raw';
+  try {
+    const expected = await expectedChecksum(job.info, fetcher, config.image.md5Enabled);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const bytes = stream ? await streamOnce(job, fetcher, expected) : await bufferOnce(job, fetcher, expected);
+        return { path: stream ? 'stream' : 'buffer', bytes };
+      } catch (err) {
+        if (!retryable(err) || attempt >= config.image.retries) throw err;
+        log.warn({ attempt, err: errorText(err) }, 'image transfer failed, starting again from byte zero');
+        await sleep(config.image.retryIntervalS * 1000);
+      }
+    }
+  } finally {
+    await dispatchers.close();
+  }
+}
+
+async function expectedChecksum(info: ImageInfo, fetcher: ImageFetcher, md5Enabled: boolean): Promise<ExpectedDigest> {
+  let digest = info.checksum.value;
+  if (info.checksum.isUrl) {
+    const text = await fetcher.text(digest, 'Checksum file download');
+    digest = parseChecksumFile(text, imageFileNames(info.urls), digest);
+  }
+  return expectedDigest(info.checksum.algo, digest, md5Enabled);
+}
+
+/** Hashes and counts the downloaded bytes as they pass. */
+function tap(hash: Hash, meter: ProgressMeter) {
+  return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+    for await (const chunk of source) {
+      hash.update(chunk);
+      meter.add(chunk.length);
+      yield chunk;
+    }
+  };
+}
+
+/** Collects the first `bytes` of a stream, hands them to `check` (which may refuse), then passes everything on. */
+function headGate(bytes: number, check: (head: Buffer) => Promise<void>) {
+  return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+    const it = source[Symbol.asyncIterator]();
+    const parts: Buffer[] = [];
+    let size = 0;
+    while (size < bytes) {
+      const r = await it.next();
+      if (r.done) break;
+      parts.push(r.value);
+      size += r.value.length;
+    }
+    const head = Buffer.concat(parts);
+    await check(head);
+    if (head.length > 0) yield head;
+    for (;;) {
+      const r = await it.next();
+      if (r.done) return;
+      yield r.value;
+    }
+  };
+}
+
+function refuseUnsafe(found: ImageInspection, declared: string | undefined, permitted: readonly string[], deep: boolean): void {
+  if (found.unsafe.length > 0) throw new InvalidImage(`Security: Image failed safety check: ${found.unsafe.join('; ')}`);
+  if (!deep) return;
+  if (declared && declared !== 'unknown' && declared !== found.format) {
+    throw new InvalidImage(`Security: Expected format was ${declared}, but image was actually ${found.format}`);
+  }
+  if (!permitted.includes(found.format)) {
+    throw new InvalidImage(`Security: Detected image format was ${found.format}, but only ${permitted.join(', ')} are allowed`);
+  }
+}
+
+async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: ExpectedDigest): Promise<number> {
+  const { info, device, meter } = job;
+  const { guard, log } = job.services;
+  const image = await fetcher.open(info.urls);
+  meter.start('stream', image.totalBytes ?? null);
+  const hash = createHash(expected.algo);
+  let compression: Compression = 'none';
+  let isGpt = false;
+  let touched = false;
+  const fh = await openForWrite(device.path, guard);
+  const writer = new BlockWriter(fh, device.path, device.size);
+  try {
+    await pipeline(
+      image.body,
+      tap(hash, meter),
+      decompressStage((kind) => (compression = kind)),
+      headGate(INSPECT_HEAD_BYTES, async (head) => {
+        // Raw images are copied byte for byte and never given to qemu-img, so a container format that
+        // claims to be raw is refused here rather than written.
+        const found = inspectImage(head);
+        if (found.format !== 'raw') refuseUnsafe(found, 'raw', ['raw'], true);
+        if (compression === 'none' && image.totalBytes !== undefined && image.totalBytes > device.size) {
+          throw new TooLargeError(`the image (${image.totalBytes} bytes) is larger than ${device.path} (${device.size} bytes)`);
+        }
+        isGpt = headHasGpt(head);
+        touched = true;
+        await clearSignatures(device.path, device.size, guard, log);
+      }),
+      writer,
+    );
+    verifyDigest(expected, hash.digest('hex'), info.id, image.url);
+  } catch (err) {
+    // Whatever reached the disk is unverified: leave nothing that looks bootable.
+    if (touched) await clearSignatures(device.path, device.size, guard, log).catch(() => undefined);
+    throw err;
+  } finally {
+    await fh.close().catch(() => undefined);
+  }
+  log.info({ bytes: writer.written, compression, device: device.path, checksum: expected.algo }, 'image streamed and verified');
+  await settlePartitionTable(device.path, isGpt, guard, log);
+  return writer.written;
+}
+
+async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: string, expected: ExpectedDigest, limit: number): Promise<void> {
+  const hash = createHash(expected.algo);
+  const fh = await openForWrite(file, null);
+  const writer = new BlockWriter(fh, file, limit);
+  try {
+    await pipeline(image.body, tap(hash, job.meter), decompressStage(() => undefined), writer);
+  } catch (err) {
+    if (err instanceof TooLargeError) {
+      throw new ImageDownloadOutofSpaceError(`the image does not fit in the buffer directory ${job.services.config.image.bufferDir} (${limit} bytes usable)`);
+    }
+    throw err;
+  } finally {
+    await fh.close().catch(() => undefined);
+  }
+  verifyDigest(expected, hash.digest('hex'), job.info.id, image.url);
+}
+
+async function readEnds(file: string, size: number): Promise<{ head: Buffer; tail: Buffer }> {
+  const fh = await open(file, 'r');
+  try {
+    const head = Buffer.alloc(Math.min(size, INSPECT_HEAD_BYTES));
+    await fh.read(head, 0, head.length, 0);
+    const tail = Buffer.alloc(Math.min(size, 512));
+    await fh.read(tail, 0, tail.length, size - tail.length);
+    return { head, tail };
+  } finally {
+    await fh.close();
+  }
+}
+
+async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: ExpectedDigest): Promise<number> {
+  const { info, device, meter } = job;
+  const { config, guard, log } = job.services;
+  const image = await fetcher.open(info.urls);
+  let budget;
+  try {
+    budget = await bufferBudget(config.image.bufferDir, image.totalBytes);
+  } catch (err) {
+    image.body.destroy();
+    throw err;
+  }
+  const file = bufferPath(config.image.bufferDir, info.id);
+  try {
+    meter.start('download', image.totalBytes ?? null);
+    await downloadToBuffer(job, image, file, expected, budget.limit);
+    const size = (await stat(file)).size;
+    const { head, tail } = await readEnds(file, size);
+    const found = inspectImage(head, tail);
+    refuseUnsafe(found, info.diskFormat, config.image.permittedFormats, !config.image.disableDeepInspection);
+    const virtualSize = found.format === 'raw' ? size : found.virtualSize;
+    if (virtualSize === undefined) throw new InvalidImage(`Security: the ${found.format} header does not state a virtual size`);
+    if (virtualSize > device.size) {
+      throw new TooLargeError(`the image's virtual size (${virtualSize} bytes) is larger than ${device.path} (${device.size} bytes)`);
+    }
+    await clearSignatures(device.path, device.size, guard, log);
+    if (found.format === 'raw') {
+      await copyFileToDevice(file, size, device, job);
+      await settlePartitionTable(device.path, headHasGpt(head), guard, log);
+    } else {
+      await convertFileToDevice(file, found.format, virtualSize, device, job);
+    }
+    return virtualSize;
+  } finally {
+    await rm(file, { force: true });
+  }
+}
+
+async function copyFileToDevice(file: string, size: number, device: TargetDevice, job: PipelineJob): Promise<void> {
+  job.meter.start('write', size);
+  const fh = await openForWrite(device.path, job.services.guard);
+  try {
+    await pipeline(
+      createReadStream(file, { highWaterMark: 8 * 1024 * 1024 }),
+      async function* (source: AsyncIterable<Buffer>) {
+        for await (const chunk of source) {
+          job.meter.add(chunk.length);
+          yield chunk;
+        }
+      },
+      new BlockWriter(fh, device.path, device.size),
+    );
+  } finally {
+    await fh.close().catch(() => undefined);
+  }
+}
+
+async function convertFileToDevice(file: string, format: string, virtualSize: number, device: TargetDevice, job: PipelineJob): Promise<void> {
+  const { config, guard, log } = job.services;
+  job.meter.start('convert', virtualSize);
+  await convertToDevice({
+    file,
+    format,
+    device: device.path,
+    memoryLimitMiB: config.image.convertMemoryLimitMiB,
+    guard,
+    log,
+    onPercent: (p) => job.meter.set(Math.round((virtualSize * p) / 100)),
+  });
+  await settlePartitionTable(device.path, await deviceHasGpt(device.path), guard, log);
+}
+
+async function deviceHasGpt(device: string): Promise<boolean> {
+  const fh = await open(device, 'r');
+  try {
+    const head = Buffer.alloc(8192);
+    await fh.read(head, 0, head.length, 0);
+    return headHasGpt(head);
+  } finally {
+    await fh.close();
+  }
+}

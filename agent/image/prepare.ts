@@ -1,0 +1,79 @@
+// `standby.prepare_image`, start to end: decode the config drive (a bad one leaves the disk untouched),
+// choose the root device, write the image, check that the disk now has a partition table, add the config
+// drive, and remember the partition UUIDs for `standby.get_partition_uuids`.
+import type { AgentServices, CommandContext } from '../commands/types.ts';
+import { prepareConfigDrive, writeConfigDrivePartition, type ConfigDriveImage } from '../disk/config-drive.ts';
+import { readPartitionUuids } from '../disk/partition-uuids.ts';
+import { chooseRootDevice } from '../disk/root-device.ts';
+import { DeploymentError, errorText } from '../errors.ts';
+import { run } from '../exec.ts';
+import type { Logger } from '../log.ts';
+import type { ImageInfo } from './image-info.ts';
+import { writeImage } from './pipeline.ts';
+import { ProgressMeter, type ProgressReport } from './progress.ts';
+
+/** The UUID map of the last image written, per agent (IPA keeps it for the process lifetime). */
+const lastUuids = new WeakMap<AgentServices['state'], Record<string, string>>();
+
+export function partitionUuids(services: Pick<AgentServices, 'state' | 'log'>): Record<string, string> {
+  const uuids = lastUuids.get(services.state);
+  if (!uuids) services.log.warn('get_partition_uuids called before any image was written');
+  return uuids ?? {};
+}
+
+/** IPA's check after writing: parted must read a partition table with at least one partition. */
+async function checkPartitionTable(disk: string, log: Logger): Promise<void> {
+  await run('partprobe', [disk], { log }).catch((err) => log.warn({ disk, err: errorText(err) }, 'partprobe failed'));
+  let out: string;
+  try {
+    out = (await run('parted', ['-s', '-m', disk, 'unit', 'MiB', 'print'], { log })).stdout;
+  } catch (err) {
+    throw new DeploymentError(
+      'Unable to find a valid partition table on the disk after writing the image. The image may be corrupted ' +
+        `or it uses a different sector size than the device. Error: ${errorText(err)}`,
+    );
+  }
+  const partitions = out.split('\n').filter((line) => /^\d+:/.test(line));
+  if (partitions.length === 0) throw new DeploymentError(`No partitions found on the device ${disk} after writing the image.`);
+}
+
+export interface PrepareRequest {
+  info: ImageInfo;
+  /** The explicit `configdrive` argument; null/undefined falls back to the legacy `image_info.configdrive`. */
+  configdrive?: string | null;
+  /** Root device hints; default: the node's. */
+  hints?: Record<string, unknown>;
+}
+
+export async function prepareImage(ctx: CommandContext, req: PrepareRequest): Promise<string> {
+  const { info } = req;
+  const log = ctx.log.child({ image: info.id });
+  const services = { ...ctx, log };
+  const meter = new ProgressMeter((r: ProgressReport) => ctx.progress(r), log);
+
+  const configdrive = req.configdrive ?? info.configdrive;
+  let drive: ConfigDriveImage | undefined;
+  if (configdrive !== undefined && configdrive !== null) {
+    meter.start('configdrive', null);
+    drive = await prepareConfigDrive(services, configdrive);
+  }
+
+  meter.start('device', null);
+  const device = await chooseRootDevice(ctx, req.hints);
+  const written = await writeImage({ services, info, device, meter });
+  log.info({ device: device.path, path: written.path, bytes: written.bytes }, 'image written');
+
+  meter.start('check', null);
+  await checkPartitionTable(device.path, log);
+  if (drive) {
+    meter.start('configdrive', drive.bytes.length);
+    await writeConfigDrivePartition(services, device.path, drive);
+  }
+  const uuids = await readPartitionUuids(services, device.path);
+  lastUuids.set(ctx.state, uuids);
+
+  let message = `image (${info.id}) written to device ${device.path} root_uuid=${uuids['root uuid']}`;
+  const esp = uuids['efi system partition uuid'];
+  if (info.deployBootMode === 'uefi' && esp) message += ` efi_system_partition_uuid=${esp}`;
+  return message;
+}

@@ -1,0 +1,74 @@
+// Progress of a long image operation: the RUNNING command's `command_result` (throttled) and a log line
+// every few seconds.
+import type { Logger } from '../log.ts';
+
+export interface ProgressReport {
+  phase: string;
+  bytes_done: number;
+  bytes_total: number | null;
+  rate_bps: number;
+  eta_s: number | null;
+}
+
+const REPORT_EVERY_MS = 500;
+const LOG_EVERY_MS = 5000;
+
+export class ProgressMeter {
+  private phase = 'starting';
+  private done = 0;
+  private total: number | null = null;
+  private phaseStart = Date.now();
+  private lastReport = 0;
+  private lastLog = Date.now();
+
+  constructor(
+    private readonly report: (r: ProgressReport) => void,
+    private readonly log: Logger,
+  ) {}
+
+  start(phase: string, total: number | null): void {
+    this.phase = phase;
+    this.done = 0;
+    this.total = total;
+    this.phaseStart = Date.now();
+    this.emit(true);
+  }
+
+  add(bytes: number): void {
+    this.done += bytes;
+    this.emit(false);
+  }
+
+  set(bytes: number): void {
+    this.done = bytes;
+    this.emit(false);
+  }
+
+  snapshot(): ProgressReport {
+    const seconds = (Date.now() - this.phaseStart) / 1000;
+    const rate = seconds > 0 ? Math.round(this.done / seconds) : 0;
+    const eta = this.total !== null && rate > 0 ? Math.max(0, Math.round((this.total - this.done) / rate)) : null;
+    return { phase: this.phase, bytes_done: this.done, bytes_total: this.total, rate_bps: rate, eta_s: eta };
+  }
+
+  private emit(force: boolean): void {
+    const now = Date.now();
+    if (!force && now - this.lastReport < REPORT_EVERY_MS) return;
+    this.lastReport = now;
+    const snap = this.snapshot();
+    this.report(snap);
+    if (force || now - this.lastLog >= LOG_EVERY_MS) {
+      this.lastLog = now;
+      this.log.info(snap, `image ${snap.phase}: ${formatProgress(snap)}`);
+    }
+  }
+}
+
+const MiB = 1024 * 1024;
+
+export function formatProgress(r: ProgressReport): string {
+  const done = `${(r.bytes_done / MiB).toFixed(1)} MiB`;
+  const of = r.bytes_total !== null ? ` of ${(r.bytes_total / MiB).toFixed(1)} MiB` : '';
+  const eta = r.eta_s !== null ? `, eta ${r.eta_s} s` : '';
+  return `${done}${of} at ${(r.rate_bps / MiB).toFixed(1)} MiB/s${eta}`;
+}

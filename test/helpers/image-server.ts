@@ -1,0 +1,184 @@
+// A loopback HTTP server for image downloads, with the faults the image pipeline must survive: byte
+// ranges on or off, ETag on or off, closing or stalling mid-stream, 404, errors before success. Also a
+// forward proxy (absolute-URI requests and CONNECT) that records what went through it.
+import { createReadStream } from 'node:fs';
+import { stat } from 'node:fs/promises';
+import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { connect, type AddressInfo, type Socket } from 'node:net';
+
+export type Fault =
+  /** Send this many bytes of the body, then drop the connection. */
+  | { kind: 'close-after'; bytes: number }
+  /** Send this many bytes of the body, then send nothing more (until the server closes). */
+  | { kind: 'stall-after'; bytes: number }
+  /** Answer with this status instead of the file. */
+  | { kind: 'status'; code: number };
+
+interface Served {
+  data?: Buffer;
+  file?: string;
+  size: number;
+  etag: string;
+  /** Faults applied to the next requests, one each, in order. */
+  faults: Fault[];
+}
+
+export interface ServerOptions {
+  ranges?: boolean;
+  etag?: boolean;
+}
+
+export interface RequestLog {
+  path: string;
+  range?: string;
+  ifRange?: string;
+  authorization?: string;
+  status: number;
+}
+
+export class ImageServer {
+  private readonly files = new Map<string, Served>();
+  private readonly sockets = new Set<Socket>();
+  readonly requests: RequestLog[] = [];
+  base = '';
+
+  constructor(
+    private readonly server: Server,
+    readonly options: Required<ServerOptions>,
+  ) {
+    server.on('connection', (s) => {
+      this.sockets.add(s);
+      s.on('close', () => this.sockets.delete(s));
+    });
+  }
+
+  url(name: string): string {
+    return `${this.base}/${name}`;
+  }
+
+  serve(name: string, data: Buffer | string): string {
+    this.files.set(name, { data: Buffer.from(data), size: Buffer.byteLength(data), etag: `"${name}-${Date.now()}"`, faults: [] });
+    return this.url(name);
+  }
+
+  async serveFile(name: string, path: string): Promise<string> {
+    const { size, mtimeMs } = await stat(path);
+    this.files.set(name, { file: path, size, etag: `"${name}-${mtimeMs}"`, faults: [] });
+    return this.url(name);
+  }
+
+  /** Queues faults for the next requests of `name`. */
+  fault(name: string, ...faults: Fault[]): void {
+    this.files.get(name)!.faults.push(...faults);
+  }
+
+  handle(req: IncomingMessage, res: ServerResponse): void {
+    const name = decodeURIComponent(new URL(req.url ?? '/', 'http://x').pathname.slice(1));
+    const entry = this.files.get(name);
+    const log: RequestLog = {
+      path: name,
+      range: req.headers.range,
+      ifRange: req.headers['if-range'] as string | undefined,
+      authorization: req.headers.authorization,
+      status: 0,
+    };
+    this.requests.push(log);
+    const reply = (status: number, body: string) => {
+      log.status = status;
+      res.writeHead(status, { 'content-type': 'text/plain' }).end(body);
+    };
+    if (!entry) return reply(404, 'not found');
+    const fault = entry.faults.shift();
+    if (fault?.kind === 'status') return reply(fault.code, `injected ${fault.code}`);
+
+    let start = 0;
+    const headers: Record<string, string | number> = { 'content-type': 'application/octet-stream' };
+    if (this.options.etag) headers.etag = entry.etag;
+    if (this.options.ranges) headers['accept-ranges'] = 'bytes';
+    const range = this.options.ranges ? /^bytes=(\d+)-$/.exec(req.headers.range ?? '') : null;
+    const ifRange = req.headers['if-range'];
+    let status = 200;
+    if (range && (!ifRange || ifRange === entry.etag)) {
+      start = Number(range[1]);
+      status = 206;
+      headers['content-range'] = `bytes ${start}-${entry.size - 1}/${entry.size}`;
+    }
+    headers['content-length'] = entry.size - start;
+    log.status = status;
+    res.writeHead(status, headers);
+
+    if (entry.file) {
+      createReadStream(entry.file, { start, highWaterMark: 1024 * 1024 }).pipe(res);
+      return;
+    }
+    const body = entry.data!.subarray(start);
+    if (!fault) return void res.end(body);
+    res.write(body.subarray(0, fault.bytes), () => {
+      if (fault.kind === 'close-after') res.socket?.destroy();
+    });
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+}
+
+async function listen(server: Server): Promise<string> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+export async function startImageServer(options: ServerOptions = {}): Promise<ImageServer> {
+  const server = createServer();
+  const s = new ImageServer(server, { ranges: options.ranges ?? true, etag: options.etag ?? true });
+  server.on('request', (req, res) => s.handle(req, res));
+  s.base = await listen(server);
+  return s;
+}
+
+export interface Proxy {
+  url: string;
+  /** Absolute URIs of forwarded requests and `host:port` of CONNECT tunnels, in order. */
+  seen: string[];
+  close(): Promise<void>;
+}
+
+export async function startProxy(): Promise<Proxy> {
+  const seen: string[] = [];
+  const sockets = new Set<Socket>();
+  const server = createServer((req, res) => {
+    seen.push(req.url ?? '');
+    const upstream = httpRequest(req.url ?? '', { method: req.method, headers: req.headers }, (up) => {
+      res.writeHead(up.statusCode ?? 502, up.headers);
+      up.pipe(res);
+    });
+    upstream.on('error', () => res.destroy());
+    req.pipe(upstream);
+  });
+  server.on('connection', (s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
+  server.on('connect', (req, client: Socket, head) => {
+    seen.push(req.url ?? '');
+    const [host, port] = (req.url ?? '').split(':');
+    const upstream = connect(Number(port), host!, () => {
+      client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+      upstream.write(head);
+      upstream.pipe(client);
+      client.pipe(upstream);
+    });
+    upstream.on('error', () => client.destroy());
+    sockets.add(upstream);
+  });
+  const url = await listen(server);
+  return {
+    url,
+    seen,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}

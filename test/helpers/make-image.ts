@@ -1,0 +1,83 @@
+// Small, real whole-disk images for tests and the demo: a GPT or MBR partition table with one ext4
+// partition holding a marker file and some random data, built in files (no mounting, no loop devices).
+// Also the usual disguises of such an image: qcow2 (plain, with a backing file, with a data file) and
+// gzip/zstd/xz compression.
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+
+const MiB = 1024 * 1024;
+
+export interface DiskImage {
+  path: string;
+  sizeBytes: number;
+  table: 'gpt' | 'mbr';
+  marker: string;
+  /** Byte range of the ext4 partition inside the image. */
+  partition: { start: number; end: number };
+}
+
+export async function workDir(prefix = 'ina-img-'): Promise<{ dir: string; cleanup(): Promise<void> }> {
+  const dir = await mkdtemp(join(tmpdir(), prefix));
+  return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) };
+}
+
+/** A `sizeMiB` whole-disk image: the partition spans 1 MiB .. size-1 MiB, the marker file is `/ina-marker.txt`. */
+export async function makeDiskImage(dir: string, opts: { sizeMiB?: number; table?: 'gpt' | 'mbr'; name?: string; randomKiB?: number } = {}): Promise<DiskImage> {
+  const sizeMiB = opts.sizeMiB ?? 8;
+  const table = opts.table ?? 'gpt';
+  const name = opts.name ?? `disk-${table}.raw`;
+  const marker = `ina-marker ${randomBytes(8).toString('hex')}`;
+  const content = join(dir, `${name}.content`);
+  await mkdir(content, { recursive: true });
+  await writeFile(join(content, 'ina-marker.txt'), `${marker}\n`);
+  await writeFile(join(content, 'random.bin'), randomBytes((opts.randomKiB ?? Math.min(1024, sizeMiB * 128)) * 1024));
+
+  const partMiB = sizeMiB - 2;
+  const fs = join(dir, `${name}.ext4`);
+  await execa('truncate', ['-s', `${partMiB}M`, fs]);
+  await execa('mkfs.ext4', ['-q', '-F', '-L', 'inaroot', '-d', content, fs]);
+
+  const path = join(dir, name);
+  await execa('truncate', ['-s', `${sizeMiB}M`, path]);
+  const startSector = 2048;
+  const endSector = startSector + (partMiB * MiB) / 512 - 1;
+  if (table === 'gpt') {
+    await execa('sgdisk', ['-n', `1:${startSector}:${endSector}`, '-t', '1:8300', '-c', '1:root', path]);
+  } else {
+    await execa('parted', ['-s', path, 'mklabel', 'msdos', 'mkpart', 'primary', 'ext4', `${startSector}s`, `${endSector}s`]);
+  }
+  await execa('dd', [`if=${fs}`, `of=${path}`, 'bs=1M', 'seek=1', 'conv=notrunc', 'status=none']);
+  await rm(fs);
+  await rm(content, { recursive: true });
+  return { path, sizeBytes: sizeMiB * MiB, table, marker, partition: { start: MiB, end: (endSector + 1) * 512 } };
+}
+
+export async function toQcow2(raw: string, out = `${raw}.qcow2`): Promise<string> {
+  await execa('qemu-img', ['convert', '-q', '-f', 'raw', '-O', 'qcow2', raw, out]);
+  return out;
+}
+
+/** A qcow2 overlay whose data lives in `raw` (a backing file reference). */
+export async function qcow2WithBackingFile(raw: string, out = `${raw}.backed.qcow2`): Promise<string> {
+  await execa('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', raw, '-F', 'raw', out]);
+  return out;
+}
+
+/** A qcow2 whose data lives in an external raw data file. */
+export async function qcow2WithDataFile(dir: string, sizeMiB = 8): Promise<string> {
+  const out = join(dir, 'datafile.qcow2');
+  await execa('qemu-img', ['create', '-q', '-f', 'qcow2', '-o', `data_file=${join(dir, 'datafile.raw')},data_file_raw=on`, out, `${sizeMiB}M`]);
+  return out;
+}
+
+export type Packing = 'gzip' | 'zstd' | 'xz';
+
+export async function compress(path: string, kind: Packing): Promise<string> {
+  const out = `${path}.${kind === 'gzip' ? 'gz' : kind === 'zstd' ? 'zst' : 'xz'}`;
+  const args = kind === 'gzip' ? ['-c', '-1', path] : kind === 'zstd' ? ['-q', '-c', '-1', path] : ['-c', '-0', '-T0', path];
+  await execa(kind, args, { stdout: { file: out } });
+  return out;
+}
