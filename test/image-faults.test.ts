@@ -1,0 +1,165 @@
+// The download under fire: a real loopback server that drops connections, stalls, answers 404 or 500,
+// with and without byte ranges, and a real forward proxy. Each deploy goes onto a real loop device.
+import { createHash } from 'node:crypto';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { attachLoop, detachLoop, MiB, type LoopDevice } from './helpers/loop.ts';
+import { isPainted, paint, readDevice, runToEnd, startImageAgent } from './helpers/image-agent.ts';
+import { startImageServer, startProxy, type ImageServer } from './helpers/image-server.ts';
+import { makeDiskImage, workDir } from './helpers/make-image.ts';
+import { readFile } from 'node:fs/promises';
+
+let loop: LoopDevice;
+let image: Buffer;
+let digest: string;
+let work: Awaited<ReturnType<typeof workDir>>;
+const servers: { close(): Promise<void> }[] = [];
+
+beforeAll(async () => {
+  work = await workDir();
+  image = await readFile((await makeDiskImage(work.dir, { table: 'mbr', sizeMiB: 6 })).path);
+  digest = createHash('sha256').update(image).digest('hex');
+  loop = await attachLoop(16 * MiB);
+});
+
+afterEach(async () => {
+  while (servers.length) await servers.pop()!.close();
+});
+
+afterAll(async () => {
+  await detachLoop(loop);
+  await work.cleanup();
+});
+
+async function server(opts: { ranges?: boolean; etag?: boolean } = {}): Promise<ImageServer> {
+  const s = await startImageServer(opts);
+  servers.push(s);
+  return s;
+}
+
+async function deploy(urls: string[], extra: Record<string, unknown> = {}, flags: Record<string, string> = {}) {
+  const agent = await startImageAgent(loop.path, flags);
+  try {
+    return await runToEnd(agent.url, 'standby.prepare_image', {
+      image_info: { id: 'faults', urls, os_hash_algo: 'sha256', os_hash_value: digest, disk_format: 'raw', stream_raw_images: true, ...extra },
+    });
+  } finally {
+    await agent.close();
+  }
+}
+
+async function expectImageOnDisk(): Promise<void> {
+  expect((await readDevice(loop.path, 0, image.length)).equals(image)).toBe(true);
+}
+
+describe('image download faults', () => {
+  it('resumes with Range + If-Range when the server drops the connection and supports ranges', async () => {
+    const s = await server();
+    const url = s.serve('img', image);
+    s.fault('img', { kind: 'close-after', bytes: 1 * MiB }, { kind: 'close-after', bytes: 2 * MiB });
+    const r = await deploy([url]);
+    expect(r.command_error).toBeNull();
+    await expectImageOnDisk();
+    const resumes = s.requests.filter((q) => q.range);
+    expect(resumes.length).toBe(2);
+    expect(resumes[0]!.ifRange).toMatch(/^"img-/);
+    expect(resumes.every((q) => q.status === 206)).toBe(true);
+    expect(s.requests.length).toBe(3);
+  });
+
+  it('starts over from byte zero when the server has no range support', async () => {
+    const s = await server({ ranges: false });
+    const url = s.serve('img', image);
+    s.fault('img', { kind: 'close-after', bytes: 3 * MiB });
+    const r = await deploy([url]);
+    expect(r.command_error).toBeNull();
+    await expectImageOnDisk();
+    expect(s.requests.map((q) => [q.range ?? null, q.status])).toEqual([[null, 200], [null, 200]]);
+  });
+
+  it('starts over when the server offers ranges but no validator to resume against', async () => {
+    const s = await server({ etag: false });
+    const url = s.serve('img', image);
+    s.fault('img', { kind: 'close-after', bytes: 1 * MiB });
+    const r = await deploy([url]);
+    expect(r.command_error).toBeNull();
+    expect(s.requests.filter((q) => q.range).length).toBe(0);
+    await expectImageOnDisk();
+  });
+
+  it('fails a truncated body that never completes, and reports no success', async () => {
+    const s = await server({ ranges: false });
+    const url = s.serve('img', image);
+    s.fault('img', ...Array.from({ length: 5 }, () => ({ kind: 'close-after' as const, bytes: 2 * MiB })));
+    const r = await deploy([url], {}, { 'ipa-image-download-connection-retries': '1' });
+    expect(r.command_status).toBe('FAILED');
+    expect(r.command_error!.type).toBe('ImageDownloadError');
+    expect(r.command_error!.details).toMatch(/broke at byte/);
+  });
+
+  it('gives up on 404 at once, without retrying or trying other URLs', async () => {
+    const s = await server();
+    const good = s.serve('img', image);
+    await paint(loop.path, loop.sizeBytes);
+    const r = await deploy([s.url('missing'), good]);
+    expect(r.command_status).toBe('FAILED');
+    expect(r.command_error!.type).toBe('ImageDownloadFatalError');
+    expect(r.command_error!.details).toMatch(/404/);
+    expect(s.requests.map((q) => q.path)).toEqual(['missing']);
+    expect(await isPainted(loop.path, loop.sizeBytes)).toBe(true);
+  });
+
+  it('retries a 500 and succeeds on the following 200', async () => {
+    const s = await server();
+    const url = s.serve('img', image);
+    s.fault('img', { kind: 'status', code: 500 });
+    const r = await deploy([url]);
+    expect(r.command_error).toBeNull();
+    expect(s.requests.map((q) => q.status)).toEqual([500, 200]);
+    await expectImageOnDisk();
+  });
+
+  it('falls back to the next URL when one keeps failing', async () => {
+    const s = await server();
+    const bad = s.serve('bad', image);
+    s.fault('bad', ...Array.from({ length: 3 }, () => ({ kind: 'status' as const, code: 503 })));
+    const good = s.serve('good', image);
+    const r = await deploy([bad, good]);
+    expect(r.command_error).toBeNull();
+    expect(s.requests.map((q) => `${q.path}:${q.status}`)).toEqual(['bad:503', 'bad:503', 'bad:503', 'good:200']);
+  });
+
+  it('times out a stalled transfer and fails after the retries', async () => {
+    const s = await server();
+    const url = s.serve('img', image);
+    s.fault('img', ...Array.from({ length: 10 }, () => ({ kind: 'stall-after' as const, bytes: 512 * 1024 })));
+    const r = await deploy([url], {}, { 'ipa-image-download-connection-retries': '1' });
+    expect(r.command_status).toBe('FAILED');
+    expect(r.command_error!.type).toBe('ImageDownloadError');
+    expect(r.command_error!.details).toMatch(/timeout/i);
+  });
+
+  it('goes through the proxy image_info names, and not when no_proxy covers the host', async () => {
+    const s = await server();
+    const url = s.serve('img', image);
+    const proxy = await startProxy();
+    servers.push(proxy);
+    const r = await deploy([url], { proxies: { http: proxy.url } });
+    expect(r.command_error).toBeNull();
+    expect(proxy.seen).toEqual([url]);
+    await expectImageOnDisk();
+
+    // A dead proxy: the download can only work when no_proxy sends it direct.
+    const direct = await deploy([url], { proxies: { http: 'http://127.0.0.1:9' }, no_proxy: 'example.org,127.0.0.1' });
+    expect(direct.command_error).toBeNull();
+    expect(proxy.seen.length).toBe(1);
+  });
+
+  it('sends the Authorization header image_info carries', async () => {
+    const s = await server();
+    const url = s.serve('img', image);
+    const header = 'Bearer s3cr3t';
+    const r = await deploy([url], { image_request_authorization: Buffer.from(header).toString('base64') });
+    expect(r.command_error).toBeNull();
+    expect(s.requests[0]!.authorization).toBe(header);
+  });
+});
