@@ -68,7 +68,8 @@ function parseLsblk(stdout: string): LsblkRow[] {
 const flag = (v: boolean | string | null): boolean => v === true || v === '1';
 const clean = (v: string | null | undefined): string | null => (v && v.trim() !== '' ? v.trim() : null);
 
-async function allowedLoops(allowlist: readonly string[] | null): Promise<Set<string>> {
+/** Kernel names of the allow-listed devices (symlinks resolved). */
+export async function allowlistedNames(allowlist: readonly string[] | null): Promise<Set<string>> {
   const out = new Set<string>();
   for (const entry of allowlist ?? []) {
     const real = await realpath(entry).catch(() => null);
@@ -112,7 +113,7 @@ async function complete(row: LsblkRow): Promise<BlockDevice> {
 /** Whole disks (and allow-listed loop devices), in lsblk order. */
 export async function listBlockDevices(services: Pick<AgentServices, 'config' | 'log'>): Promise<BlockDevice[]> {
   const { stdout } = await run('lsblk', ['-J', '-b', '-d', '-a', '-o', COLUMNS], { log: services.log });
-  const loops = await allowedLoops(services.config.disks.allowlist);
+  const loops = await allowlistedNames(services.config.disks.allowlist);
   const seen = new Set<string>();
   const out: BlockDevice[] = [];
   for (const row of parseLsblk(stdout)) {

@@ -4,7 +4,8 @@ import type { AgentServices } from '../commands/types.ts';
 import { isObject } from '../commands/params.ts';
 import { DeviceNotFound } from '../errors.ts';
 import { ipaView, listBlockDevices, type BlockDevice } from './block-devices.ts';
-import { HintError, matchesHints, parseHints, type ParsedHint } from './hints.ts';
+import { matchesHints } from './hints.ts';
+import { parseHintsOrThrow, skipList } from './skip-list.ts';
 
 export const MIN_ROOT_DISK_BYTES = 4 * 2 ** 30;
 
@@ -15,29 +16,6 @@ export function nodeRootHints(services: Pick<AgentServices, 'state'>): Record<st
   return isObject(hints) && Object.keys(hints).length > 0 ? hints : undefined;
 }
 
-function parseOrThrow(hints: Record<string, unknown>, what: string): ParsedHint[] {
-  try {
-    return parseHints(hints);
-  } catch (err) {
-    if (err instanceof HintError) {
-      throw new DeviceNotFound(`No suitable device was found for deployment using ${what} ${JSON.stringify(hints)} because they failed to validate: ${err.message}`);
-    }
-    throw err;
-  }
-}
-
-/** The skip list: the agent's own `ipa-skip-block-devices` paths, plus the node's `skip_block_devices` hints. */
-async function skipMatchers(services: Pick<AgentServices, 'config' | 'state'>): Promise<ParsedHint[][]> {
-  const out = services.config.disks.skipBlockDevices.map((path) => parseOrThrow({ name: path }, 'skip_block_devices'));
-  const list = services.state.status.node?.properties?.skip_block_devices;
-  for (const entry of Array.isArray(list) ? list : []) {
-    // RAID volumes are named by volume_name; they are not block devices of this list.
-    if (!isObject(entry) || 'volume_name' in entry) continue;
-    out.push(parseOrThrow(entry, 'skip_block_devices'));
-  }
-  return out;
-}
-
 function describe(d: BlockDevice): string {
   const gib = (d.size / 2 ** 30).toFixed(2);
   return `${d.path} (${gib} GiB${d.model ? `, model ${d.model}` : ''}${d.serial ? `, serial ${d.serial}` : ''})`;
@@ -45,11 +23,11 @@ function describe(d: BlockDevice): string {
 
 /** The disks a root device may be chosen from, with why the others were left out. */
 async function candidates(services: AgentServices): Promise<{ usable: BlockDevice[]; seen: string[] }> {
-  const skip = await skipMatchers(services);
+  const skipped = skipList(services);
   const usable: BlockDevice[] = [];
   const seen: string[] = [];
   for (const dev of await listBlockDevices(services)) {
-    if (skip.some((hints) => matchesHints(ipaView(dev), hints))) {
+    if (skipped(dev)) {
       seen.push(`${describe(dev)}: skipped by skip_block_devices`);
       continue;
     }
@@ -67,7 +45,7 @@ async function candidates(services: AgentServices): Promise<{ usable: BlockDevic
 /** Picks the install disk. `hints` default to the node's; no match is a DeviceNotFound listing every disk seen. */
 export async function chooseRootDevice(services: AgentServices, hints?: Record<string, unknown>): Promise<BlockDevice> {
   const given = hints && Object.keys(hints).length > 0 ? hints : nodeRootHints(services);
-  const parsed = given ? parseOrThrow(given, 'these hints') : null;
+  const parsed = given ? parseHintsOrThrow(given, 'these hints') : null;
   const { usable, seen } = await candidates(services);
   const seenText = seen.length > 0 ? seen.join('; ') : 'no block devices at all';
 

@@ -1,0 +1,31 @@
+// Devices the agent must leave alone: its own `ipa-skip-block-devices` paths plus the node's
+// `properties.skip_block_devices` hint sets (entries naming RAID volumes are not block devices here).
+import type { AgentServices } from '../commands/types.ts';
+import { isObject } from '../commands/params.ts';
+import { DeviceNotFound } from '../errors.ts';
+import type { BlockDevice } from './block-devices.ts';
+import { ipaView } from './block-devices.ts';
+import { HintError, matchesHints, parseHints, type ParsedHint } from './hints.ts';
+
+export function parseHintsOrThrow(hints: Record<string, unknown>, what: string): ParsedHint[] {
+  try {
+    return parseHints(hints);
+  } catch (err) {
+    if (err instanceof HintError) {
+      throw new DeviceNotFound(`No suitable device was found for deployment using ${what} ${JSON.stringify(hints)} because they failed to validate: ${err.message}`);
+    }
+    throw err;
+  }
+}
+
+export type SkipTest = (dev: BlockDevice) => boolean;
+
+export function skipList(services: Pick<AgentServices, 'config' | 'state'>): SkipTest {
+  const sets = services.config.disks.skipBlockDevices.map((path) => parseHintsOrThrow({ name: path }, 'skip_block_devices'));
+  const list = services.state.status.node?.properties?.skip_block_devices;
+  for (const entry of Array.isArray(list) ? list : []) {
+    if (!isObject(entry) || 'volume_name' in entry) continue;
+    sets.push(parseHintsOrThrow(entry, 'skip_block_devices'));
+  }
+  return (dev) => sets.some((hints) => matchesHints(ipaView(dev), hints));
+}

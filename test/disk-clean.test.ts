@@ -1,0 +1,179 @@
+// Cleaning through the real API on loopback, against loop devices: the step list, metadata erase, full
+// erase (discard and overwrite), the version check, and the device guard refusing a mounted disk.
+import { mkdtemp, open, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { describe, expect, it } from 'vitest';
+import { CLEAN_STEPS } from '../agent/commands/extensions/clean.ts';
+import { hardwareManagerVersions } from '../agent/disk/hardware-manager.ts';
+import { AgentClient, type CommandResult } from './helpers/agent-client.ts';
+import { startAgent } from './helpers/api-harness.ts';
+import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
+
+async function withAgent<T>(devs: LoopDevice[], flags: Record<string, string>, body: (c: AgentClient) => Promise<T>): Promise<T> {
+  const running = await startAgent({ 'device-allowlist': devs.map((d) => d.path).join(','), ...flags });
+  const client = new AgentClient({ url: running.url, pollIntervalMs: 100, pollAttempts: 600 });
+  try {
+    return await body(client);
+  } finally {
+    await client.close();
+    await running.close();
+  }
+}
+
+function step(name: string): Record<string, unknown> {
+  const s = CLEAN_STEPS.find((x) => x.step === name)!;
+  return { ...s, requires_ramdisk: true };
+}
+
+const node = (driverInternalInfo: Record<string, unknown> = {}) => ({
+  uuid: '2005a784-89ea-4482-b56a-65497029a47e',
+  properties: {},
+  instance_info: {},
+  driver_internal_info: driverInternalInfo,
+});
+
+function execute(c: AgentClient, name: string, extra: Record<string, unknown> = {}): Promise<CommandResult> {
+  return c.command('clean.execute_clean_step', { step: step(name), node: node(), ports: [], clean_version: hardwareManagerVersions(), ...extra }, { poll: true });
+}
+
+async function signatures(dev: string): Promise<string> {
+  return (await execa('wipefs', ['-n', '--noheadings', dev])).stdout.trim();
+}
+
+async function fill(dev: LoopDevice, byte: number): Promise<void> {
+  const fh = await open(dev.path, 'r+');
+  try {
+    await fh.write(Buffer.alloc(dev.sizeBytes, byte), 0, dev.sizeBytes, 0);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
+describe('clean extension', () => {
+  it('lists erase_devices_metadata (99) and erase_devices (10) under the generic hardware manager', async () => {
+    await withAgent([], {}, async (c) => {
+      const r = await c.command('clean.get_clean_steps', { node: node(), ports: [] }, { wait: true });
+      expect(r.command_status).toBe('SUCCEEDED');
+      expect(r.command_result).toEqual({
+        clean_steps: {
+          GenericHardwareManager: [
+            { step: 'erase_devices', priority: 10, interface: 'deploy', reboot_requested: false, abortable: true },
+            { step: 'erase_devices_metadata', priority: 99, interface: 'deploy', reboot_requested: false, abortable: true },
+          ],
+        },
+        hardware_manager_version: { generic_hardware_manager: '1.2' },
+      });
+    });
+  });
+
+  it('erase_devices_metadata leaves no signature on any disk or partition', async () => {
+    await withLoops([48 * MiB, 48 * MiB], async ([gpt, mbr]) => {
+      await execa('sgdisk', ['-n', '1:0:+16M', '-t', '1:ef00', '-n', '2:0:+16M', gpt!.path]);
+      await execa('partx', ['-u', gpt!.path]);
+      await execa('mkfs.vfat', [`${gpt!.path}p1`]);
+      await execa('mkfs.ext4', ['-q', `${gpt!.path}p2`]);
+      await execa('parted', ['-s', mbr!.path, 'mklabel', 'msdos', 'mkpart', 'primary', 'ext4', '1MiB', '40MiB']);
+      await execa('partx', ['-u', mbr!.path]);
+      await execa('mkfs.ext4', ['-q', `${mbr!.path}p1`]);
+      expect(await signatures(gpt!.path)).not.toBe('');
+
+      await withAgent([gpt!, mbr!], {}, async (c) => {
+        const r = await execute(c, 'erase_devices_metadata');
+        expect(r.command_error).toBeNull();
+        expect(r.command_status).toBe('SUCCEEDED');
+        expect(r.command_result).toEqual({ clean_result: null, clean_step: step('erase_devices_metadata') });
+      });
+      for (const d of [gpt!, mbr!]) {
+        expect(await signatures(d.path)).toBe('');
+        const probe = await execa('blkid', ['-p', d.path], { reject: false });
+        expect(probe.exitCode).toBe(2);
+        const image = await readFile(d.file);
+        expect(image.subarray(0, MiB).every((b) => b === 0)).toBe(true);
+        expect(image.subarray(d.sizeBytes - MiB).every((b) => b === 0)).toBe(true);
+      }
+      // The old partitions' filesystems are gone too, not just the table that pointed at them.
+      const part2 = (await readFile(gpt!.file)).subarray(17 * MiB, 18 * MiB);
+      expect(part2.readUInt16LE(0x438)).not.toBe(0xef53);
+    });
+  });
+
+  it('erase_devices discards when it can, leaving zeros', async () => {
+    await withLoops([8 * MiB], async ([d]) => {
+      await fill(d!, 0xa5);
+      await withAgent([d!], {}, async (c) => {
+        const r = await execute(c, 'erase_devices');
+        expect(r.command_status).toBe('SUCCEEDED');
+      });
+      expect((await readFile(d!.path)).every((b) => b === 0)).toBe(true);
+    });
+  });
+
+  it('erase_devices overwrites with random passes, then zeros, when discard is off', async () => {
+    await withLoops([8 * MiB], async ([d]) => {
+      await fill(d!, 0xa5);
+      await withAgent([d!], { 'ipa-erase-discard': 'false', 'ipa-erase-random-passes': '1' }, async (c) => {
+        const r = await execute(c, 'erase_devices');
+        expect(r.command_status).toBe('SUCCEEDED');
+      });
+      expect((await readFile(d!.path)).every((b) => b === 0)).toBe(true);
+    });
+  });
+
+  it('erase_devices honours the node asking for no zero pass: random data remains', async () => {
+    await withLoops([8 * MiB], async ([d]) => {
+      await fill(d!, 0xa5);
+      await withAgent([d!], { 'ipa-erase-discard': 'false' }, async (c) => {
+        const r = await execute(c, 'erase_devices', { node: node({ agent_erase_devices_iterations: 1, agent_erase_devices_zeroize: false }) });
+        expect(r.command_status).toBe('SUCCEEDED');
+      });
+      const data = await readFile(d!.path);
+      const same = data.reduce((n, b) => n + (b === 0xa5 ? 1 : 0), 0);
+      const zeros = data.reduce((n, b) => n + (b === 0 ? 1 : 0), 0);
+      expect(same).toBeLessThan(data.length / 100);
+      expect(zeros).toBeLessThan(data.length / 100);
+    });
+  });
+
+  it('refuses to clean while a managed disk is mounted, and touches no disk', async () => {
+    await withLoops([32 * MiB, 32 * MiB], async ([free, busy]) => {
+      await execa('sgdisk', ['-n', '1:0:+8M', free!.path]);
+      await execa('mkfs.ext4', ['-q', busy!.path]);
+      const dir = await mkdtemp(join(tmpdir(), 'ina-mnt-'));
+      await execa('mount', [busy!.path, dir]);
+      try {
+        await withAgent([free!, busy!], {}, async (c) => {
+          const r = await execute(c, 'erase_devices_metadata');
+          expect(r.command_status).toBe('FAILED');
+          const err = r.command_error as { type: string; details: string };
+          expect(err.type).toBe('CleaningError');
+          expect(err.details).toContain(busy!.path);
+          expect(err.details).toContain(`mounted at ${dir}`);
+        });
+        expect(await signatures(free!.path)).toMatch(/gpt/);
+      } finally {
+        await execa('umount', [dir]);
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
+  });
+
+  it('answers CLEAN_VERSION_MISMATCH when the conductor recorded other versions', async () => {
+    await withAgent([], {}, async (c) => {
+      const r = await execute(c, 'erase_devices_metadata', { clean_version: { generic_hardware_manager: '1.0' } });
+      expect(r.command_status).toBe('CLEAN_VERSION_MISMATCH');
+      expect((r.command_error as { type: string }).type).toBe('VersionMismatch');
+    });
+  });
+
+  it('fails an unknown step with CleaningError, and rejects a step without a name as HTTP 400', async () => {
+    await withAgent([], {}, async (c) => {
+      const r = await c.command('clean.execute_clean_step', { step: { step: 'burnin_cpu', interface: 'deploy' }, node: node(), ports: [] }, { poll: true });
+      expect(r.command_status).toBe('FAILED');
+      expect((r.command_error as { type: string }).type).toBe('CleaningError');
+      await expect(c.command('clean.execute_clean_step', { step: { interface: 'deploy' } })).rejects.toThrow(/400.*Malformed clean_step/);
+    });
+  });
+});
