@@ -41,9 +41,9 @@ export async function bufferBudget(dir: string, expectedBytes: number | undefine
     if (mem !== null) limit = Math.min(limit, Math.max(0, mem - MEMORY_RESERVE));
   }
   if (expectedBytes !== undefined && expectedBytes > limit) {
-    const what = tmpfs ? 'free memory for the RAM-backed buffer' : 'free space';
+    const why = tmpfs ? 'RAM-backed: the lesser of its free space and free memory' : 'its free space';
     throw new ImageDownloadOutofSpaceError(
-      `the image (${expectedBytes} bytes) does not fit in the buffer: ${dir} has ${limit} bytes of ${what}`,
+      `the image (${expectedBytes} bytes) does not fit in the buffer: ${dir} can take ${limit} bytes (${why})`,
     );
   }
   return { limit, tmpfs };

@@ -89,8 +89,9 @@ export class Dispatchers {
     return base.compose(interceptors.redirect({ maxRedirections: 5 }));
   }
 
+  /** Ends every connection, including any whose body nobody read to the end. */
   async close(): Promise<void> {
-    await Promise.all([...this.cache.values()].map((d) => d.close().catch(() => undefined)));
+    await Promise.all([...this.cache.values()].map((d) => d.destroy().catch(() => undefined)));
     this.cache.clear();
   }
 }

@@ -27,6 +27,8 @@ export interface OpenedImage {
   /** The body's length as the server declared it. */
   totalBytes?: number;
   body: Readable;
+  /** Abandons the download before (or while) its body is read. */
+  cancel(): void;
 }
 
 type Response = Dispatcher.ResponseData;
@@ -116,7 +118,12 @@ export class ImageFetcher {
     const { url, res } = await this.firstResponse(urls, 'Image download');
     const length = header(res, 'content-length');
     const totalBytes = length !== undefined && /^\d+$/.test(length) ? Number(length) : undefined;
-    return { url, totalBytes, body: Readable.from(this.resumingBody(url, res, totalBytes), { objectMode: false }) };
+    const body = Readable.from(this.resumingBody(url, res, totalBytes), { objectMode: false });
+    const cancel = () => {
+      res.body.destroy();
+      body.destroy();
+    };
+    return { url, totalBytes, body, cancel };
   }
 
   private async *resumingBody(url: string, first: Response, totalBytes: number | undefined): AsyncGenerator<Buffer> {

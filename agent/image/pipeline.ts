@@ -134,15 +134,17 @@ function refuseUnsafe(found: ImageInspection, declared: string | undefined, perm
 async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: ExpectedDigest): Promise<number> {
   const { info, device, meter } = job;
   const { guard, log } = job.services;
-  const image = await fetcher.open(info.urls);
-  meter.start('stream', image.totalBytes ?? null);
+  const fh = await openForWrite(device.path, guard);
+  const writer = new BlockWriter(fh, device.path, device.size);
   const hash = createHash(expected.algo);
   let compression: Compression = 'none';
   let isGpt = false;
   let touched = false;
-  const fh = await openForWrite(device.path, guard);
-  const writer = new BlockWriter(fh, device.path, device.size);
+  let url = info.urls[0]!;
   try {
+    const image = await fetcher.open(info.urls);
+    url = image.url;
+    meter.start('stream', image.totalBytes ?? null);
     await pipeline(
       image.body,
       tap(hash, meter),
@@ -161,7 +163,7 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
       }),
       writer,
     );
-    verifyDigest(expected, hash.digest('hex'), info.id, image.url);
+    verifyDigest(expected, hash.digest('hex'), info.id, url);
   } catch (err) {
     // Whatever reached the disk is unverified: leave nothing that looks bootable.
     if (touched) await clearSignatures(device.path, device.size, guard, log).catch(() => undefined);
@@ -212,7 +214,7 @@ async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
   try {
     budget = await bufferBudget(config.image.bufferDir, image.totalBytes);
   } catch (err) {
-    image.body.destroy();
+    image.cancel();
     throw err;
   }
   const file = bufferPath(config.image.bufferDir, info.id);

@@ -13,7 +13,13 @@ const MiB = 1024 * 1024;
 /** Bytes gathered before one write syscall: big enough to keep a disk busy, small enough for RSS. */
 const WRITE_BLOCK = 8 * MiB;
 
-export class TooLargeError extends ImageWriteError {}
+/** The image does not fit its target; on the wire it is an ImageWriteError like any other write failure. */
+export class TooLargeError extends ImageWriteError {
+  constructor(details: string) {
+    super(details);
+    this.name = 'ImageWriteError';
+  }
+}
 
 /** A Writable over a file handle that writes in large blocks at increasing offsets and syncs at the end. */
 export class BlockWriter extends Writable {
@@ -47,7 +53,7 @@ export class BlockWriter extends Writable {
   private async flush(): Promise<void> {
     if (this.pendingBytes === 0) return;
     if (this.written + this.pendingBytes > this.limit) {
-      throw new TooLargeError(`the image is larger than ${this.target} (${this.limit} bytes)`);
+      throw new TooLargeError(`the image is larger than the ${this.limit} bytes ${this.target} can hold`);
     }
     let buffers = this.pending;
     let left = this.pendingBytes;

@@ -1,0 +1,153 @@
+// Images and parameters the agent must refuse, each before the device is written: the loop device is
+// painted with a pattern first and must still carry it afterwards.
+import { createHash } from 'node:crypto';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { attachLoop, detachLoop, MiB, type LoopDevice } from './helpers/loop.ts';
+import { call } from './helpers/api-harness.ts';
+import { isPainted, paint, readDevice, runCommand, runToEnd, startImageAgent } from './helpers/image-agent.ts';
+import { startImageServer, type ImageServer } from './helpers/image-server.ts';
+import { makeDiskImage, qcow2WithBackingFile, qcow2WithDataFile, toQcow2, workDir, type DiskImage } from './helpers/make-image.ts';
+
+let loop: LoopDevice;
+let server: ImageServer;
+let work: Awaited<ReturnType<typeof workDir>>;
+let small: DiskImage;
+
+beforeAll(async () => {
+  work = await workDir();
+  small = await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 6 });
+  server = await startImageServer();
+  loop = await attachLoop(16 * MiB);
+});
+
+beforeEach(async () => {
+  await paint(loop.path, loop.sizeBytes);
+});
+
+afterAll(async () => {
+  await detachLoop(loop);
+  await server.close();
+  await work.cleanup();
+});
+
+async function sha256Of(file: string): Promise<string> {
+  return createHash('sha256').update(await readFile(file)).digest('hex');
+}
+
+async function deployFile(file: string, info: Record<string, unknown>, flags: Record<string, string> = {}) {
+  const name = `${Math.random().toString(16).slice(2)}-${file.split('/').pop()}`;
+  const url = await server.serveFile(name, file);
+  const agent = await startImageAgent(loop.path, flags);
+  try {
+    return await runToEnd(agent.url, 'standby.prepare_image', {
+      image_info: { id: name, urls: [url], os_hash_algo: 'sha256', os_hash_value: await sha256Of(file), ...info },
+    });
+  } finally {
+    await agent.close();
+  }
+}
+
+async function expectRefused(r: Awaited<ReturnType<typeof deployFile>>, type: string, details: RegExp): Promise<void> {
+  expect(r.command_status).toBe('FAILED');
+  expect(r.command_error!.type).toBe(type);
+  expect(r.command_error!.details).toMatch(details);
+  expect(await isPainted(loop.path, loop.sizeBytes)).toBe(true);
+}
+
+describe('refused before the device is written', () => {
+  it('a qcow2 image with a backing file', async () => {
+    const r = await deployFile(await qcow2WithBackingFile(small.path), { disk_format: 'qcow2' });
+    await expectRefused(r, 'InvalidImage', /backing file/);
+  });
+
+  it('a qcow2 image with an external data file', async () => {
+    const r = await deployFile(await qcow2WithDataFile(work.dir, 6), { disk_format: 'qcow2' });
+    await expectRefused(r, 'InvalidImage', /external data file/);
+  });
+
+  it('a qcow2 image that claims to be raw, streamed or buffered', async () => {
+    const qcow2 = await toQcow2(small.path);
+    await expectRefused(await deployFile(qcow2, { disk_format: 'raw', stream_raw_images: true }), 'InvalidImage', /actually qcow2/);
+    await expectRefused(await deployFile(qcow2, { disk_format: 'raw', stream_raw_images: false }), 'InvalidImage', /actually qcow2/);
+  });
+
+  it('a raw image that claims to be qcow2', async () => {
+    await expectRefused(await deployFile(small.path, { disk_format: 'qcow2' }), 'InvalidImage', /Expected format was qcow2, but image was actually raw/);
+  });
+
+  it('an image larger than the disk, raw or qcow2', async () => {
+    const big = await makeDiskImage(work.dir, { table: 'mbr', sizeMiB: 24, name: 'big.raw', randomKiB: 64 });
+    await expectRefused(await deployFile(big.path, { disk_format: 'raw', stream_raw_images: true }), 'ImageWriteError', /larger than/);
+    await expectRefused(await deployFile(await toQcow2(big.path), { disk_format: 'qcow2' }), 'ImageWriteError', /virtual size .* larger than/);
+  });
+
+  it('an image the RAM-backed buffer cannot hold', async (ctx) => {
+    const dir = await mkdtemp(join(tmpdir(), 'ina-tmpfs-'));
+    const mounted = await execa('mount', ['-t', 'tmpfs', '-o', 'size=2m', 'tmpfs', dir], { reject: false });
+    if (mounted.exitCode !== 0) {
+      console.warn(`skipped: cannot mount a small tmpfs here (${mounted.stderr.trim()})`);
+      await rm(dir, { recursive: true, force: true });
+      ctx.skip();
+    }
+    try {
+      const r = await deployFile(small.path, { disk_format: 'raw', stream_raw_images: false }, { 'ipa-image-buffer-dir': dir });
+      await expectRefused(r, 'ImageDownloadOutofSpaceError', /does not fit in the buffer/);
+    } finally {
+      await execa('umount', [dir], { reject: false });
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('an md5 checksum when md5 is disabled', async () => {
+    const md5 = createHash('md5').update(await readFile(small.path)).digest('hex');
+    const r = await deployFile(small.path, { disk_format: 'raw', stream_raw_images: true, os_hash_algo: undefined, os_hash_value: undefined, checksum: md5 }, { 'ipa-md5-enabled': 'false' });
+    await expectRefused(r, 'ImageChecksumError', /MD5 checksums are disabled/);
+  });
+});
+
+describe('checksum mismatch', () => {
+  it('fails naming both digests and leaves nothing that looks like a disk label', async () => {
+    const wrong = 'ab'.repeat(32);
+    const r = await deployFile(small.path, { disk_format: 'raw', stream_raw_images: true, os_hash_value: wrong });
+    expect(r.command_status).toBe('FAILED');
+    expect(r.command_error!.type).toBe('ImageChecksumError');
+    expect(r.command_error!.details).toContain(`image checksum: ${wrong}`);
+    expect(r.command_error!.details).toContain(`verification checksum: ${await sha256Of(small.path)}`);
+    expect((await readDevice(loop.path, 0, MiB)).equals(Buffer.alloc(MiB))).toBe(true);
+    const parted = await execa('parted', ['-s', '-m', loop.path, 'print'], { reject: false });
+    expect(parted.stdout + parted.stderr).toMatch(/unrecognised disk label/i);
+  });
+});
+
+describe('bad image_info', () => {
+  it('is an HTTP 400 for standby.prepare_image, with nothing recorded', async () => {
+    const agent = await startImageAgent(loop.path);
+    try {
+      const r = await runCommand(agent.url, 'standby.prepare_image', { image_info: { id: 'x', urls: ['http://127.0.0.1/x'] } });
+      expect(r.status).toBe(400);
+      expect(r.json.faultstring).toMatch(/^Invalid command parameters: Image checksum is not available/);
+      const missing = await runCommand(agent.url, 'standby.prepare_image', { image_info: { id: 'x', checksum: 'a'.repeat(64) } });
+      expect(missing.json.faultstring).toBe("Invalid command parameters: Image is missing 'urls' field.");
+      expect((await call(`${agent.url}/v1/commands/`)).json.commands).toEqual([]);
+    } finally {
+      await agent.close();
+    }
+  });
+
+  it('is a FAILED InvalidCommandParamsError inside deploy.execute_deploy_step', async () => {
+    const agent = await startImageAgent(loop.path);
+    try {
+      const step = { interface: 'deploy', step: 'write_image', args: { image_info: { id: 'x', urls: [] } } };
+      const r = await runToEnd(agent.url, 'deploy.execute_deploy_step', { step, node: {}, ports: [] });
+      expect(r.command_status).toBe('FAILED');
+      expect(r.command_error!.type).toBe('InvalidCommandParamsError');
+      expect(await isPainted(loop.path, loop.sizeBytes)).toBe(true);
+    } finally {
+      await agent.close();
+    }
+  });
+});
