@@ -1,0 +1,115 @@
+// Auto-TLS as the conductor meets it: the certificate from the heartbeat verifies the callback, the
+// minimum TLS version comes from the lookup config (default 1.2), and TLS 1.0/1.1 are refused.
+import { X509Certificate } from 'node:crypto';
+import { connect, createServer, type SecureVersion } from 'node:tls';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createAgent } from '../agent/agent.ts';
+import { buildConfig } from '../agent/config/config.ts';
+import { generateCertificate } from '../agent/conductor/auto-tls.ts';
+import { ConductorLink } from '../agent/conductor/link.ts';
+import { nicMacs } from '../agent/conductor/nics.ts';
+import { nullLogger } from '../agent/log.ts';
+import { AgentClient } from './helpers/agent-client.ts';
+import { FakeConductor, type FakeConductorOptions } from './helpers/fake-conductor.ts';
+
+const macs = await nicMacs();
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  while (cleanups.length) await cleanups.pop()!();
+});
+
+/** A linked agent; returns its callback URL and the certificate it sent (as the conductor stored them). */
+async function tlsAgent(opts: FakeConductorOptions = {}) {
+  const fake = await FakeConductor.start({ nodes: [{ macs }], ...opts });
+  cleanups.push(() => fake.close());
+  const config = buildConfig(new Map(), new Map(Object.entries({
+    'ipa-api-url': fake.url,
+    'ipa-listen-host': '127.0.0.1',
+    'ipa-listen-port': '0',
+    'ipa-nic-wait-timeout': '0',
+  })));
+  const link = new ConductorLink(createAgent(config, nullLogger), config, nullLogger);
+  cleanups.push(() => link.stop());
+  await link.start();
+  const node = [...fake.nodes.values()][0]!;
+  await fake.waitFor(() => node.internal.agent_url !== undefined, 'a stored callback URL');
+  return { fake, node, url: node.internal.agent_url!, ca: node.internal.agent_verify_ca!, port: link.server!.port };
+}
+
+type Handshake = { ok: true; protocol: string | null } | { ok: false; error: string };
+
+function handshake(port: number, min: SecureVersion, max: SecureVersion, ca?: string): Promise<Handshake> {
+  return new Promise((resolve) => {
+    const socket = connect({
+      host: '127.0.0.1',
+      port,
+      minVersion: min,
+      maxVersion: max,
+      // OpenSSL 3 refuses TLS < 1.2 at its default security level on the client side too.
+      ciphers: 'DEFAULT@SECLEVEL=0',
+      ...(ca ? { ca } : { rejectUnauthorized: false }),
+    });
+    socket.once('secureConnect', () => {
+      resolve({ ok: true, protocol: socket.getProtocol() });
+      socket.destroy();
+    });
+    socket.once('error', (err) => resolve({ ok: false, error: err.message }));
+  });
+}
+
+/** Can this machine's OpenSSL speak TLS 1.0/1.1 at all? (A permissive server with its own cert.) */
+async function oldTlsPossible(version: SecureVersion): Promise<boolean> {
+  const { key, cert } = generateCertificate('127.0.0.1', 'p256');
+  const server = createServer({ key, cert, minVersion: 'TLSv1', ciphers: 'DEFAULT@SECLEVEL=0' }, (s) => s.end());
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  try {
+    return (await handshake((server.address() as { port: number }).port, version, version)).ok;
+  } finally {
+    server.close();
+  }
+}
+
+describe.skipIf(macs.length === 0)('auto-TLS', () => {
+  it('sends a certificate whose IP SAN is the callback host, and the callback verifies against it', async () => {
+    const { url, ca, fake, node } = await tlsAgent();
+    const x = new X509Certificate(ca);
+    expect(x.subjectAltName).toBe('IP Address:127.0.0.1');
+    expect(x.checkIP('127.0.0.1')).toBe('127.0.0.1');
+    expect(x.verify(x.publicKey)).toBe(true);
+    const client = fake.clientFor(node.uuid);
+    cleanups.push(() => client.close());
+    expect(await client.commands()).toEqual([]);
+    const other = new AgentClient({ url, token: node.internal.agent_secret_token, ca: generateCertificate('127.0.0.1', 'p256').cert });
+    cleanups.push(() => other.close());
+    await expect(other.commands()).rejects.toThrow();
+  });
+
+  it('sends the same certificate on every heartbeat', async () => {
+    const { fake } = await tlsAgent({ heartbeatTimeout: 1 });
+    await fake.waitFor(() => fake.heartbeats.length >= 3, 'three heartbeats');
+    const cas = new Set(fake.heartbeats.map((h) => (h.body as { agent_verify_ca: string }).agent_verify_ca));
+    expect(cas.size).toBe(1);
+    expect(fake.heartbeats.every((h) => h.status === 202)).toBe(true);
+  });
+
+  for (const version of ['TLSv1', 'TLSv1.1'] as const) {
+    it(`refuses ${version}`, async (ctx) => {
+      if (!(await oldTlsPossible(version))) ctx.skip(`this OpenSSL cannot negotiate ${version} at all, so refusing it proves nothing`);
+      const { port, ca } = await tlsAgent({ tlsMinVersion: '1.2' });
+      const r = await handshake(port, version, version, ca);
+      expect(r.ok).toBe(false);
+      expect(await handshake(port, 'TLSv1.2', 'TLSv1.2', ca)).toEqual({ ok: true, protocol: 'TLSv1.2' });
+    });
+  }
+
+  it('takes the minimum version from the lookup config: 1.3 refuses TLS 1.2', async () => {
+    const { port, ca } = await tlsAgent({ tlsMinVersion: '1.3' });
+    expect((await handshake(port, 'TLSv1.2', 'TLSv1.2', ca)).ok).toBe(false);
+    expect(await handshake(port, 'TLSv1.2', 'TLSv1.3', ca)).toEqual({ ok: true, protocol: 'TLSv1.3' });
+  });
+
+  it('defaults to TLS 1.2 when the lookup config has no tls_min_version', async () => {
+    const { port, ca } = await tlsAgent({ tlsMinVersion: null });
+    expect(await handshake(port, 'TLSv1.2', 'TLSv1.2', ca)).toEqual({ ok: true, protocol: 'TLSv1.2' });
+  });
+});
