@@ -1,0 +1,163 @@
+// Pure parts of the image path, table-driven: image_info parsing, checksum files, digest rules, format
+// inspection over real image headers, no_proxy matching, compression magic.
+import { readFile } from 'node:fs/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { algoForDigest, expectedDigest, parseChecksumFile, verifyDigest } from '../agent/image/checksum.ts';
+import { detectCompression } from '../agent/image/decompress.ts';
+import { bypassesProxy } from '../agent/image/dispatchers.ts';
+import { parseImageInfo } from '../agent/image/image-info.ts';
+import { INSPECT_HEAD_BYTES, inspectImage } from '../agent/image/inspect.ts';
+import { headHasGpt } from '../agent/image/write.ts';
+import { compress, makeDiskImage, qcow2WithBackingFile, qcow2WithDataFile, toQcow2, workDir } from './helpers/make-image.ts';
+import { execa } from 'execa';
+import { join } from 'node:path';
+
+const H64 = 'a'.repeat(64);
+
+describe('parseImageInfo', () => {
+  const base = { id: 'img', urls: ['http://h/img.raw'] };
+  it.each([
+    [{ urls: ['http://h/x'], checksum: H64 }, "Image is missing 'id' field."],
+    [{ id: 'x', checksum: H64 }, "Image is missing 'urls' field."],
+    [{ ...base, urls: [], checksum: H64 }, "Image 'urls' must be a list with at least one element."],
+    [{ ...base, checksum: '' }, "image_info 'checksum' must be a non-empty string"],
+    [{ ...base, os_hash_algo: 'sha256' }, "image_info 'os_hash_algo' and 'os_hash_value' must both be non-empty strings"],
+    [base, /^Image checksum is not available/],
+    [{ ...base, os_hash_algo: 'whirlpool', os_hash_value: H64 }, /Unsupported os_hash_algo 'whirlpool'/],
+    [{ ...base, urls: ['ftp://h/x'], checksum: H64 }, /only http and https/],
+    [{ ...base, checksum: H64, proxies: 'x' }, "image_info 'proxies' must be an object"],
+  ])('refuses %j', (info, message) => {
+    expect(() => parseImageInfo(info)).toThrow(expect.objectContaining({ name: 'InvalidCommandParamsError', details: message instanceof RegExp ? expect.stringMatching(message) : message }));
+  });
+
+  it('reads everything ironic sends into one typed object', () => {
+    const info = parseImageInfo({
+      ...base,
+      disk_format: 'GPT',
+      stream_raw_images: true,
+      os_hash_algo: 'SHA512',
+      os_hash_value: ` https://h/SHA512SUMS `,
+      checksum: 'b'.repeat(32),
+      image_request_authorization: Buffer.from('Bearer t').toString('base64'),
+      proxies: { http: 'proxy:3128', https: null },
+      no_proxy: '.local',
+      node_uuid: 'n',
+    });
+    expect(info).toMatchObject({
+      diskFormat: 'raw',
+      streamRaw: true,
+      checksum: { algo: 'sha512', value: 'https://h/SHA512SUMS', isUrl: true, field: 'os_hash_value' },
+      authorization: 'Bearer t',
+      proxies: { http: 'http://proxy:3128' },
+      noProxy: '.local',
+      imageType: 'whole-disk',
+    });
+    expect(parseImageInfo({ ...base, checksum: 'x', image_server_auth_strategy: 'http_basic', image_server_user: 'u', image_server_password: 'p' }).authorization).toBe(
+      `Basic ${Buffer.from('u:p').toString('base64')}`,
+    );
+  });
+});
+
+describe('checksum files', () => {
+  const d = 'c'.repeat(64);
+  it.each([
+    ['bare', `${d}\n`, d],
+    ['GNU text', `${'0'.repeat(64)}  other.img\n${d}  img.raw\n`, d],
+    ['GNU binary', `${d} *img.raw`, d],
+    ['BSD', `SHA256 (img.raw) = ${d.toUpperCase()}`, d],
+    ['comment first', `# ${'1'.repeat(64)}  img.raw\n${d}  img.raw`, d],
+  ])('%s', (_n, text, want) => {
+    expect(parseChecksumFile(text, ['img.raw'], 'u')).toBe(want);
+  });
+
+  it.each([
+    ['empty', '\n\n', /Empty checksum file/],
+    ['not hex', 'zz', /no valid checksum/],
+    ['other file only', `${d}  other.raw\n${d}  img.raw.bak`, /does not contain name img.raw/],
+    ['name is not a regex', `${d}  imgXraw`, /does not contain name img.raw/],
+  ])('refuses %s', (_n, text, why) => {
+    expect(() => parseChecksumFile(text, ['img.raw'], 'u')).toThrow(why);
+  });
+});
+
+describe('digests', () => {
+  it('chooses the algorithm by length, refuses md5 when disabled, compares case-insensitively', () => {
+    expect(algoForDigest('a'.repeat(32))).toBe('md5');
+    expect(algoForDigest('a'.repeat(128))).toBe('sha512');
+    expect(algoForDigest('a'.repeat(40))).toBeUndefined();
+    expect(() => expectedDigest(undefined, 'a'.repeat(32), false)).toThrow(/MD5 checksums are disabled/);
+    expect(() => expectedDigest('md5', 'a'.repeat(32), false)).toThrow(/MD5 checksums are disabled/);
+    expect(() => expectedDigest(undefined, 'a'.repeat(40), true)).toThrow(/Cannot tell the checksum algorithm/);
+    const e = expectedDigest('sha256', H64.toUpperCase(), true);
+    expect(() => verifyDigest(e, H64, 'id', 'url')).not.toThrow();
+    expect(() => verifyDigest(e, 'b'.repeat(64), 'id', 'url')).toThrow(expect.objectContaining({ name: 'ImageChecksumError' }));
+  });
+});
+
+describe('no_proxy', () => {
+  it.each([
+    ['http://img.example.org/x', 'example.org', true],
+    ['http://img.example.org/x', '.example.org', true],
+    ['http://badexample.org/x', 'example.org', false],
+    ['http://127.0.0.1:8080/x', '127.0.0.1', true],
+    ['http://127.0.0.1:8080/x', '127.0.0.1:9090', false],
+    ['https://h/x', '*', true],
+    ['http://[::1]:80/x', '::1', true],
+    ['http://h/x', undefined, false],
+  ])('%s with %s', (url, noProxy, bypass) => {
+    expect(bypassesProxy(new URL(url), noProxy)).toBe(bypass);
+  });
+});
+
+describe('compression magic', () => {
+  it.each([
+    [[0x1f, 0x8b, 8], 'gzip'],
+    [[0x28, 0xb5, 0x2f, 0xfd], 'zstd'],
+    [[0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00], 'xz'],
+    [[0xeb, 0x63, 0x90], 'none'],
+  ])('%j is %s', (bytes, kind) => {
+    expect(detectCompression(Buffer.from(bytes))).toBe(kind);
+  });
+});
+
+describe('inspectImage over real images', () => {
+  let work: Awaited<ReturnType<typeof workDir>>;
+  let raw: string;
+  const head = async (file: string) => (await readFile(file)).subarray(0, INSPECT_HEAD_BYTES);
+
+  beforeAll(async () => {
+    work = await workDir();
+    raw = (await makeDiskImage(work.dir, { sizeMiB: 4 })).path;
+  });
+  afterAll(() => work.cleanup());
+
+  it('raw GPT disk', async () => {
+    const h = await head(raw);
+    expect(inspectImage(h)).toEqual({ format: 'raw', unsafe: [] });
+    expect(headHasGpt(h)).toBe(true);
+  });
+
+  it('qcow2: clean, backing file, external data file', async () => {
+    expect(inspectImage(await head(await toQcow2(raw)))).toEqual({ format: 'qcow2', virtualSize: 4 * 1024 * 1024, unsafe: [] });
+    expect(inspectImage(await head(await qcow2WithBackingFile(raw))).unsafe.join()).toMatch(/backing file: .*\.raw/);
+    expect(inspectImage(await head(await qcow2WithDataFile(work.dir, 4))).unsafe.join()).toMatch(/external data file/);
+  });
+
+  it('vmdk, vhdx, vpc, vdi, luks, iso', async () => {
+    for (const [fmt, want] of [['vmdk', 'vmdk'], ['vhdx', 'vhdx'], ['vpc', 'vhd'], ['vdi', 'vdi']] as const) {
+      const out = join(work.dir, `x.${fmt}`);
+      await execa('qemu-img', ['convert', '-q', '-f', 'raw', '-O', fmt, raw, out]);
+      const data = await readFile(out);
+      expect(inspectImage(data.subarray(0, INSPECT_HEAD_BYTES), data.subarray(-512)).format).toBe(want);
+    }
+    const luks = Buffer.concat([Buffer.from([0x4c, 0x55, 0x4b, 0x53, 0xba, 0xbe, 0, 2]), Buffer.alloc(1024)]);
+    expect(inspectImage(luks).format).toBe('luks');
+    const iso = join(work.dir, 'x.iso');
+    await execa('genisoimage', ['-quiet', '-V', 'x', '-o', iso, work.dir + '/x.vdi']);
+    expect(inspectImage(await head(iso)).format).toBe('iso');
+  });
+
+  it('a compressed image is not mistaken for a container', async () => {
+    expect(inspectImage(await head(await compress(raw, 'gzip'))).format).toBe('raw');
+  });
+});
