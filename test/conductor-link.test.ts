@@ -242,6 +242,24 @@ describe.skipIf(noNic)('conductor link', () => {
     expect(agent.executor.list()).toEqual([]);
   });
 
+  it('a power cycle during a lookup supersedes it instead of failing', async () => {
+    const fake = await conductor({ nodes: [{ macs }], heartbeatTimeout: 1 });
+    const [node] = [...fake.nodes.values()];
+    const { link, agent, fatal } = linked(fake.url, { 'ipa-lookup-timeout': '60' });
+    await link.start();
+    await fake.waitFor(() => fake.heartbeats.length >= 1, 'a heartbeat');
+    // The next heartbeat is refused, and the re-lookup it starts keeps getting 404.
+    fake.powerAction(node!.uuid);
+    node!.lookupAllowed = false;
+    await fake.waitFor(() => fake.lookups.filter((r) => r.status === 404).length >= 2, 'refused re-lookups');
+    agent.services.host.emit('simulated-restart', 'reboot');
+    await fake.waitFor(() => fake.requests.filter((r) => r.path === '/').length === 2, 'the second boot');
+    node!.lookupAllowed = true;
+    await fake.waitFor(() => node!.internal.agent_url !== undefined, 'a heartbeat after the reboot');
+    expect(fatal).toEqual([]);
+    expect(fake.requests.filter((r) => r.path === '/')).toHaveLength(2);
+  });
+
   it('reports a fatal error when the lookup after a power cycle times out', async () => {
     const fake = await conductor({ nodes: [{ macs }] });
     const [node] = [...fake.nodes.values()];

@@ -67,6 +67,8 @@ export class Heartbeater extends EventEmitter<HeartbeaterEvents> {
   private forced = false;
   private stopped = false;
   private wake = new AbortController();
+  /** Ends a heartbeat request in flight when the loop stops. */
+  private readonly halt = new AbortController();
   private running?: Promise<void>;
 
   constructor(
@@ -89,6 +91,7 @@ export class Heartbeater extends EventEmitter<HeartbeaterEvents> {
   async stop(): Promise<void> {
     this.stopped = true;
     this.wake.abort();
+    this.halt.abort();
     await this.running;
   }
 
@@ -121,12 +124,14 @@ export class Heartbeater extends EventEmitter<HeartbeaterEvents> {
       const reply = await api.send('POST', `/v1/heartbeat/${this.target.nodeUuid}`, {
         version: versionHeader(this.target.version, V_VERIFY_CA),
         body: heartbeatBody(this.target),
+        signal: this.halt.signal,
       });
       status = reply.status;
       if (status !== 202) reason = ironicFault(reply.text);
     } catch (err) {
       reason = (err as Error).message;
     }
+    if (this.stopped) return;
     const ok = status === 202;
     this.previous = clock.now();
     if (ok) {

@@ -28,10 +28,10 @@ export interface LinkOptions {
 }
 
 interface Boot {
+  /** Aborted when this boot is superseded (power cycle) or the link stops. */
   abort: AbortController;
-  versions: VersionCache;
-  version: number;
-  macs: string[];
+  version?: number;
+  macs?: string[];
   target?: HeartbeatTarget;
   server?: RunningServer;
   heartbeater?: Heartbeater;
@@ -94,6 +94,8 @@ export class ConductorLink {
 
   /** A simulated power-off or reboot: the agent goes away and comes back as if freshly booted. */
   powerCycle(action: string): Promise<void> {
+    // A lookup or heartbeat of the old boot ends now, not when its own timeout expires.
+    this.boot?.abort.abort();
     return this.enqueue(async () => {
       this.log.info({ action, delayS: this.config.simulatedRebootDelayS }, 'simulated power cycle');
       await this.shutdown();
@@ -131,23 +133,41 @@ export class ConductorLink {
     this.state.update({ node: undefined, callbackUrl: undefined });
   }
 
-  private async bootFromTop(): Promise<void> {
-    const abort = new AbortController();
+  /** Runs a step of `boot`; once the boot is superseded or stopped, its failure no longer matters. */
+  private async within(boot: Boot, step: () => Promise<void>): Promise<void> {
+    try {
+      await step();
+    } catch (err) {
+      if (boot.abort.signal.aborted) {
+        this.log.info({ err: (err as Error).message }, 'boot superseded');
+        return;
+      }
+      throw err;
+    }
+  }
+
+  private bootFromTop(): Promise<void> {
+    const boot: Boot = { abort: new AbortController() };
+    this.boot = boot;
+    return this.within(boot, () => this.bootSteps(boot));
+  }
+
+  private async bootSteps(boot: Boot): Promise<void> {
+    const { signal } = boot.abort;
     const versions = new VersionCache(this.api, this.config.lookup.ironicApiVersion, this.log);
     this.state.update({ phase: 'finding conductor', conductorUrl: this.api.current });
-    const version = await versions.get(abort.signal);
+    const version = (boot.version = await versions.get(signal));
     this.state.update({ phase: 'waiting for network', conductorUrl: this.api.current });
-    const macs = await waitForNicMacs(this.config.lookup.nicWaitS, this.clock, abort.signal);
-    if (macs.length === 0) {
+    boot.macs = await waitForNicMacs(this.config.lookup.nicWaitS, this.clock, signal);
+    if (boot.macs.length === 0) {
       throw new NoNetworkError(`no network interface with a MAC address appeared within ${this.config.lookup.nicWaitS} s`);
     }
-    const boot: Boot = { abort, versions, version, macs };
-    this.boot = boot;
     const found = await this.lookup(boot);
 
-    const host = await advertiseHost(this.config, this.api.current, { clock: this.clock, log: this.log, signal: abort.signal });
+    const host = await advertiseHost(this.config, this.api.current, { clock: this.clock, log: this.log, signal });
     const tls = this.tlsFor(version, host, found.config);
     boot.server = await this.agent.listen(tls);
+    if (signal.aborted) return boot.server.close();
     const protocol = tls ? 'https' : this.config.advertise.protocol;
     // Listening on port 0 (tests) means "any": advertise the port actually bound.
     const port = this.config.listen.port === 0 ? boot.server.port : this.config.advertise.port;
@@ -169,8 +189,8 @@ export class ConductorLink {
     this.state.update({ phase: 'lookup' });
     const found = await lookupNode(
       {
-        macs: boot.macs,
-        version: boot.version,
+        macs: boot.macs!,
+        version: boot.version!,
         heldToken: this.config.token.agentToken ?? null,
         timeoutS: this.config.lookup.timeoutS,
         intervalS: this.config.lookup.intervalS,
@@ -214,7 +234,9 @@ export class ConductorLink {
     this.agent.executor.reset();
     this.state.setToken(this.config.token.agentToken ?? null);
     this.state.update({ node: undefined });
-    await this.lookup(boot);
-    if (this.boot === boot) this.startHeartbeating(boot);
+    await this.within(boot, async () => {
+      await this.lookup(boot);
+      if (this.boot === boot && !boot.abort.signal.aborted) this.startHeartbeating(boot);
+    });
   }
 }
