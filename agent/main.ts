@@ -4,7 +4,7 @@ import { loadConfig, type Config } from './config/config.ts';
 import { ConfigError } from './config/reader.ts';
 import { ConductorLink } from './conductor/link.ts';
 import { FlagSyntaxError } from './config/sources.ts';
-import { createLogger } from './log.ts';
+import { createLogger, type Logger } from './log.ts';
 import { mirrorStatus } from './status-file.ts';
 
 function readConfig(): Config {
@@ -32,7 +32,6 @@ async function main(): Promise<void> {
   const { state } = agent.services;
   if (config.statusFile) mirrorStatus(config.statusFile, state, agent.executor);
 
-  let stopServing: () => Promise<void>;
   if (config.standalone) {
     agent.services.host.on('simulated-restart', (action) => {
       log.info({ action }, 'simulated power action: forgetting token and history');
@@ -42,15 +41,17 @@ async function main(): Promise<void> {
     const server = await agent.listen();
     state.update({ phase: 'serving' });
     log.info({ port: server.port, standalone: true, allowlist: config.disks.allowlist }, 'agent API listening');
-    stopServing = () => server.close();
+    stopOn(log, () => server.close());
   } else {
     // Like IPA, the API starts only once lookup succeeded; a failed lookup ends the process. The link
     // handles simulated power actions itself (it boots again as a fresh agent).
     const link = new ConductorLink(agent, config, log, { onFatal: die });
+    stopOn(log, () => link.stop());
     await link.start();
-    stopServing = () => link.stop();
   }
+}
 
+function stopOn(log: Logger, stopServing: () => Promise<void>): void {
   const stop = async (signal: string) => {
     log.info({ signal }, 'stopping');
     await stopServing();

@@ -82,11 +82,6 @@ export class ConductorLink {
     return this.boot?.server;
   }
 
-  /** The current boot's heartbeater, for observers of its `beat` events. */
-  get heartbeater(): Heartbeater | undefined {
-    return this.boot?.heartbeater;
-  }
-
   /** Boots once: resolves when the API is up and heartbeating began; rejects on a fatal error. */
   start(): Promise<void> {
     return this.enqueue(() => this.bootFromTop());

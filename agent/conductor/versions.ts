@@ -3,8 +3,6 @@
 import type { Logger } from '../log.ts';
 import type { IronicApi } from './ironic-api.ts';
 
-/** Lookup and heartbeat exist. */
-export const V_RAMDISK = 22;
 /** IPA's assumption when discovery fails (no token then: a modern conductor will refuse heartbeats). */
 export const V_FALLBACK = 31;
 /** `agent_version` in the heartbeat. */
