@@ -105,7 +105,7 @@ async function main(): Promise<void> {
     const result = await waitWithProgress(started.url);
     console.log(indent(JSON.stringify({ status: result.command_status, result: result.command_result, error: result.command_error }, null, 2)));
     if (result.command_status !== 'SUCCEEDED') throw new Error('prepare_image failed');
-    const uuids = await (await fetch(`${started.url}/v1/commands/?wait=true`, { method: 'POST', body: JSON.stringify({ name: 'standby.get_partition_uuids', params: {} }) })).json();
+    const uuids = await (await fetch(`${started.url}/v1/commands/?wait=true`, { method: 'POST', body: JSON.stringify({ name: 'standby.get_partition_uuids', params: {} }) })).json() as { command_result: unknown };
     console.log(indent(`get_partition_uuids: ${JSON.stringify(uuids.command_result)}`));
 
     say('The partition table on the loop device');
