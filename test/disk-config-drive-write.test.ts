@@ -1,6 +1,8 @@
 // writeConfigDrivePartition against real loop devices holding GPT and MBR "whole-disk images" made with
 // sgdisk/parted: placement, reuse, refusals, and the VFAT rebuild on 4 KiB-sector disks.
-import { readFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { execa } from 'execa';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ConfigDriveError, ProtectedDeviceError } from '../agent/errors.ts';
@@ -119,15 +121,20 @@ describe('writeConfigDrivePartition', () => {
     });
   });
 
-  it('rebuilds the drive as VFAT labelled CONFIG-2 on a 4 KiB-sector disk, with the same files', async () => {
+  it.each([
+    ['GPT', (dev: string) => ['sgdisk', '-n', '1:0:+32M', dev]],
+    ['MBR', (dev: string) => ['parted', '-s', dev, 'mklabel', 'msdos', 'mkpart', 'primary', 'ext4', '1MiB', '33MiB']],
+  ])('rebuilds the drive as VFAT labelled CONFIG-2 on a 4 KiB-sector %s disk, with the same files', async (_label, layout) => {
     await withLoops(
       [200 * MiB],
       async ([d]) => {
-        await execa('sgdisk', ['-n', '1:0:+32M', d!.path]);
+        const [tool, ...args] = layout(d!.path);
+        await execa(tool!, args);
         const { partition } = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, drive);
         const id = await blkid(partition);
         expect(id.TYPE).toBe('vfat');
         expect(id.LABEL).toBe('CONFIG-2');
+        expect(id.BLOCK_SIZE).toBe('4096');
         for (const [path, content] of Object.entries(DEFAULT_FILES)) {
           const { stdout } = await execa('mtype', ['-i', partition, `::/${path}`], { env: { MTOOLS_SKIP_CHECK: '1' } });
           expect(stdout).toBe(content.replace(/\n$/, ''));
@@ -135,5 +142,43 @@ describe('writeConfigDrivePartition', () => {
       },
       { sectorSize: 4096 },
     );
+  });
+
+  it('rebuilds a VFAT drive with 512-byte sectors for a 4 KiB-sector disk', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'ina-vfat-'));
+    try {
+      const fat = join(dir, 'fat.img');
+      await execa('mkfs.vfat', ['-C', '-S', '512', '-n', 'CONFIG-2', fat, '4096']);
+      await execa('mmd', ['-i', fat, '::/openstack', '::/openstack/latest'], { env: { MTOOLS_SKIP_CHECK: '1' } });
+      await writeFile(join(dir, 'meta'), '{"uuid": "x"}');
+      await execa('mcopy', ['-i', fat, join(dir, 'meta'), '::/openstack/latest/meta_data.json'], { env: { MTOOLS_SKIP_CHECK: '1' } });
+      const vfatDrive = await prepareConfigDrive(diskServices([]), toWire(await readFile(fat)));
+      expect(vfatDrive.sectorSize).toBe(512);
+      await withLoops(
+        [200 * MiB],
+        async ([d]) => {
+          await execa('sgdisk', ['-n', '1:0:+32M', d!.path]);
+          const { partition } = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, vfatDrive);
+          expect((await blkid(partition)).BLOCK_SIZE).toBe('4096');
+          const { stdout } = await execa('mtype', ['-i', partition, '::/openstack/latest/meta_data.json'], { env: { MTOOLS_SKIP_CHECK: '1' } });
+          expect(stdout).toBe('{"uuid": "x"}');
+        },
+        { sectorSize: 4096 },
+      );
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('places the MBR partition within the 2 TiB MBR limit on a larger disk, 64 MiB exactly', async () => {
+    await withLoops([3 * 1024 * 1024 * MiB], async ([d]) => {
+      await execa('parted', ['-s', d!.path, 'mklabel', 'msdos', 'mkpart', 'primary', 'ext4', '1MiB', '100MiB']);
+      const { partition } = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, drive);
+      expect((await blkid(partition)).LABEL).toBe('config-2');
+      const { start, size } = await partitionBytes(d!.path, 2);
+      expect(size).toBe(64 * MiB);
+      expect(start + size).toBeLessThanOrEqual(2 ** 32 * 512);
+      expect(2 ** 32 * 512 - (start + size)).toBeLessThan(MiB);
+    });
   });
 });

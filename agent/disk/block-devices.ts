@@ -124,14 +124,6 @@ export async function listBlockDevices(services: Pick<AgentServices, 'config' | 
   return out;
 }
 
-/** One block device by path, whether or not it would be listed (a partition, say). */
-export async function describeBlockDevice(services: Pick<AgentServices, 'log'>, path: string): Promise<BlockDevice> {
-  const { stdout } = await run('lsblk', ['-J', '-b', '-d', '-o', COLUMNS, path], { log: services.log });
-  const row = parseLsblk(stdout)[0];
-  if (!row) throw new BlockDeviceError(`lsblk knows nothing about ${path}`);
-  return complete(row);
-}
-
 /** The IPA inventory/hint view of a device: the field names hints and `get_hardware_info` use. */
 export function ipaView(d: BlockDevice): Record<string, string | number | boolean | null> {
   return {

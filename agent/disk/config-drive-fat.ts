@@ -1,7 +1,7 @@
-// Rebuilds an ISO9660 config drive as a VFAT image labelled CONFIG-2 with the same files, for disks with
-// 4 KiB logical sectors (ISO9660 cannot be mounted there). Files come out with xorriso and go in with
-// mtools, so nothing is mounted.
-import { chmod, mkdtemp, readdir, rm, writeFile, truncate, readFile } from 'node:fs/promises';
+// Rebuilds a config drive as a VFAT image labelled CONFIG-2 with the same files and FAT sectors as large
+// as the disk's, for disks with 4 KiB logical sectors (ISO9660, or FAT with 512-byte sectors, cannot be
+// mounted there). Files come out with xorriso or mtools and go in with mtools, so nothing is mounted.
+import { chmod, mkdir, mkdtemp, readdir, rm, writeFile, truncate, readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from '../log.ts';
@@ -16,24 +16,35 @@ async function makeWritable(dir: string): Promise<void> {
   }
 }
 
-/** A VFAT image of `sizeBytes` with FAT sectors of `sectorSize`, holding the ISO's files. */
+const MTOOLS_ENV = { MTOOLS_SKIP_CHECK: '1' };
+
+async function extractTree(drive: ConfigDriveImage, image: string, tree: string, log?: Logger): Promise<void> {
+  if (drive.format === 'iso9660') {
+    await run('xorriso', ['-osirrox', 'on', '-indev', image, '-extract', '/', tree], { log });
+    // xorriso restores ISO permissions (read-only directories), which would stop cleanup.
+    await makeWritable(tree);
+    return;
+  }
+  await mkdir(tree);
+  // mtools expands the wildcard itself; an empty drive has nothing to match (exit 1).
+  await run('mcopy', ['-s', '-n', '-p', '-i', image, '::/*', tree], { env: MTOOLS_ENV, okCodes: [1], log });
+}
+
+/** A VFAT image of `sizeBytes` with FAT sectors of `sectorSize`, holding the drive's files. */
 export async function rebuildAsVfat(drive: ConfigDriveImage, sizeBytes: number, sectorSize: number, log?: Logger): Promise<Buffer> {
   const work = await mkdtemp(join(tmpdir(), 'ina-configdrive-'));
   try {
-    const iso = join(work, 'drive.iso');
+    const source = join(work, 'drive.src');
     const tree = join(work, 'tree');
     const fat = join(work, 'drive.vfat');
-    await writeFile(iso, drive.bytes);
-    await run('xorriso', ['-osirrox', 'on', '-indev', iso, '-extract', '/', tree], { log });
-    // xorriso restores ISO permissions (read-only directories), which would stop cleanup.
-    await makeWritable(tree);
+    await writeFile(source, drive.bytes);
+    await extractTree(drive, source, tree, log);
     await writeFile(fat, '');
     await truncate(fat, sizeBytes);
     await run('mkfs.vfat', ['-S', String(sectorSize), '-n', 'CONFIG-2', fat], { log });
     const entries = await readdir(tree);
     if (entries.length > 0) {
-      const env = { MTOOLS_SKIP_CHECK: '1' };
-      await run('mcopy', ['-s', '-p', '-i', fat, ...entries.map((e) => join(tree, e)), '::/'], { env, log });
+      await run('mcopy', ['-s', '-p', '-i', fat, ...entries.map((e) => join(tree, e)), '::/'], { env: MTOOLS_ENV, log });
     }
     return await readFile(fat);
   } catch (err) {

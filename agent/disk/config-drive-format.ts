@@ -8,6 +8,8 @@ export const CONFIG_DRIVE_LABEL = 'config-2';
 export interface DriveIdentity {
   format: DriveFormat;
   label: string;
+  /** The filesystem's own sector size: 2048 for ISO9660, the boot sector's bytes-per-sector for FAT. */
+  sectorSize: number;
 }
 
 const ISO_PVD = 16 * 2048;
@@ -15,7 +17,7 @@ const ISO_PVD = 16 * 2048;
 function isoIdentity(buf: Buffer): DriveIdentity | null {
   if (buf.length < ISO_PVD + 2048) return null;
   if (buf[ISO_PVD] !== 1 || buf.toString('latin1', ISO_PVD + 1, ISO_PVD + 6) !== 'CD001') return null;
-  return { format: 'iso9660', label: buf.toString('latin1', ISO_PVD + 40, ISO_PVD + 72).trimEnd() };
+  return { format: 'iso9660', label: buf.toString('latin1', ISO_PVD + 40, ISO_PVD + 72).trimEnd(), sectorSize: 2048 };
 }
 
 function fatIdentity(buf: Buffer): DriveIdentity | null {
@@ -23,7 +25,7 @@ function fatIdentity(buf: Buffer): DriveIdentity | null {
   // FAT12/16 keep the extended boot record at 36, FAT32 at 64; the label follows its 0x29 signature.
   for (const [sigAt, labelAt, typeAt] of [[38, 43, 54], [66, 71, 82]] as const) {
     if (buf[sigAt] === 0x29 && buf.toString('latin1', typeAt, typeAt + 3) === 'FAT') {
-      return { format: 'vfat', label: buf.toString('latin1', labelAt, labelAt + 11).trimEnd() };
+      return { format: 'vfat', label: buf.toString('latin1', labelAt, labelAt + 11).trimEnd(), sectorSize: buf.readUInt16LE(11) };
     }
   }
   return null;

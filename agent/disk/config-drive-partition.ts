@@ -1,6 +1,7 @@
 // Puts a checked config drive on a whole-disk image's disk: reuse the partition labelled config-2, or add a
 // 64 MiB one at the end (GPT: sgdisk, MBR: parted, in explicit sectors); then write it with direct I/O and
-// read it back. Every write goes through the device guard first.
+// read it back. A drive whose filesystem sectors are smaller than the disk's logical sectors (ISO9660
+// on a 4 KiB disk) is rebuilt as VFAT first. Every write goes through the device guard first.
 import { createHash, randomUUID } from 'node:crypto';
 import { mkdtemp, open, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -125,10 +126,7 @@ async function writeVerified(services: Services, partition: string, image: Buffe
   }
 }
 
-/**
- * Writes `drive` to `disk`'s config-2 partition, creating it when there is none. On disks with 4 KiB
- * logical sectors an ISO drive is rebuilt as VFAT first. Returns the partition written.
- */
+/** Writes `drive` to `disk`'s config-2 partition, creating it when there is none; returns that partition. */
 export async function writeConfigDrivePartition(services: Services, disk: string, drive: ConfigDriveImage): Promise<{ partition: string }> {
   await services.guard.assertWritable(disk, 'add a config drive partition to');
   const existing = await existingConfigDrive(services, disk);
@@ -137,7 +135,7 @@ export async function writeConfigDrivePartition(services: Services, disk: string
   const partBytes = Number(await readSys(`${SYS_BLOCK}/${kernelNameOf(disk)}/${partName}/size`)) * 512;
   const { sectorSize } = await diskGeometry(disk);
 
-  const rebuild = sectorSize >= 4096 && drive.format === 'iso9660';
+  const rebuild = drive.sectorSize < sectorSize;
   const image = padTo(rebuild ? await rebuildAsVfat(drive, Math.min(partBytes, CONFIG_DRIVE_PARTITION_BYTES), sectorSize, services.log) : drive.bytes, sectorSize);
   if (image.length > partBytes) {
     throw new ConfigDriveError(`Config drive (${image.length} bytes) does not fit partition ${partition} (${partBytes} bytes)`);

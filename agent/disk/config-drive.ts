@@ -12,6 +12,8 @@ export interface ConfigDriveImage {
   bytes: Buffer;
   format: DriveFormat;
   label: string;
+  /** The filesystem's sector size; a disk with larger logical sectors cannot mount it as is. */
+  sectorSize: number;
   /** Where it came from, for messages: the URL, or `inline`. */
   source: string;
 }
@@ -67,7 +69,7 @@ function check(bytes: Buffer, source: string): ConfigDriveImage {
   if (!isConfigDriveLabel(id.label)) {
     throw new ConfigDriveError(`Config drive from ${source} is a ${id.format} image labelled "${id.label}", not "${CONFIG_DRIVE_LABEL}"`);
   }
-  return { bytes, format: id.format, label: id.label, source };
+  return { bytes, format: id.format, label: id.label, sectorSize: id.sectorSize, source };
 }
 
 /**

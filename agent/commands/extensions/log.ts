@@ -10,6 +10,7 @@ import { logRing, type Logger } from '../../log.ts';
 
 /** Member name → the command whose output it holds. */
 const COMMANDS: Readonly<Record<string, readonly string[]>> = {
+  journal: ['journalctl', '--full', '--no-pager', '-b'],
   dmesg: ['dmesg'],
   lsblk: ['lsblk', '--all', '--bytes', '--output', 'NAME,KNAME,SIZE,TYPE,MODEL,SERIAL,WWN,ROTA,LOG-SEC,PHY-SEC,MOUNTPOINTS'],
   'lsblk-json': ['lsblk', '--all', '--bytes', '--json', '--output-all'],
