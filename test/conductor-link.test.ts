@@ -112,6 +112,25 @@ describe.skipIf(noNic)('conductor link', () => {
     await expect(stranger.commands()).rejects.toThrow(/self-signed|certificate/i);
   });
 
+  it('over IPv6: the callback host goes in brackets and the certificate names the IPv6 address', async (ctx) => {
+    const fake = await FakeConductor.start({ nodes: [{ macs }], host: '::1' }).catch(() => undefined);
+    if (!fake) return ctx.skip('no IPv6 loopback (::1) on this machine');
+    cleanups.push(() => fake.close());
+    const node = [...fake.nodes.values()][0]!;
+    const { link } = linked(fake.url, { 'ipa-listen-host': '::1' });
+    await link.start();
+    await fake.waitFor(() => node.internal.agent_url !== undefined, 'a heartbeat');
+    expect(node.internal.agent_url).toBe(`https://[::1]:${link.server!.port}`);
+    const client = fake.clientFor(node.uuid);
+    cleanups.push(() => client.close());
+    expect(await client.commands()).toEqual([]);
+  });
+
+  it('refuses mdns discovery with a clear reason', async () => {
+    const { link } = linked('mdns');
+    await expect(link.start()).rejects.toThrow(/mDNS is not supported/);
+  });
+
   it('rotates past a conductor URL that is down and keeps the working one first', async () => {
     const fake = await conductor({ nodes: [{ macs }] });
     const dead = await deadUrl();

@@ -12,7 +12,7 @@ import type { Logger } from '../log.ts';
 import { realClock, type Clock } from './clock.ts';
 import { advertiseHost, callbackUrl } from './advertise.ts';
 import { generateCertificate } from './auto-tls.ts';
-import { NoNetworkError } from './errors.ts';
+import { LookupNodeError, NoNetworkError } from './errors.ts';
 import { Heartbeater, type BeatEvent, type HeartbeatTarget } from './heartbeat.ts';
 import { IronicApi } from './ironic-api.ts';
 import { lookupNode, type LookupResult } from './lookup.ts';
@@ -149,6 +149,9 @@ export class ConductorLink {
 
   private async bootSteps(boot: Boot): Promise<void> {
     const { signal } = boot.abort;
+    if (this.config.apiUrls.includes('mdns')) {
+      throw new LookupNodeError('ipa-api-url=mdns: finding the conductor by mDNS is not supported; give its http(s) URL');
+    }
     const versions = new VersionCache(this.api, this.config.lookup.ironicApiVersion, this.log);
     this.state.update({ phase: 'finding conductor', conductorUrl: this.api.current });
     const version = (boot.version = await versions.get(signal));

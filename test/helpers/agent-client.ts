@@ -6,6 +6,13 @@
 // certificate the agent sent in its heartbeat (`agent_verify_ca`), TLS 1.3 minimum by default.
 // Unlike the conductor, which waits for the next heartbeat, a busy agent is retried after a pause
 // (`busyRetries`). Usable from scripts: no test-framework imports.
+//
+//   const c = new AgentClient({ url: 'https://192.0.2.5:9999', token, ca: verifyCaPem });
+//   const r = await c.command('deploy.execute_deploy_step', params);        // wait=false → RUNNING
+//   const last = await c.lastCommand();                                     // what Ironic looks at
+//   await c.command('image.install_bootloader', p, { poll: true });         // POST, then poll the list
+//   Errors: AgentApiError (status, faultstring), AgentInProgress (409/busy),
+//   AgentConnectionFailed, AgentCommandTimeout.
 import { Agent as Dispatcher, request } from 'undici';
 
 export interface CommandResult {

@@ -5,7 +5,16 @@
 // http:// while TLS is required). Errors carry Ironic's `{"error_message": "<JSON string>"}` body.
 // Every request is recorded. `mode` simulates a conductor that is down ('reset') or never answers
 // ('hang'); `powerAction()` wipes token, URL and certificate as every Ironic power action does;
-// `clientFor()` drives the agent with what the node's heartbeat stored. Usable from scripts.
+// `clientFor()` drives the agent with what the node's heartbeat stored. Usable from scripts:
+//
+//   const fake = await FakeConductor.start({ nodes: [{ macs: await nicMacs() }] });
+//   // start the agent with --ipa-api-url=${fake.url}, then:
+//   const node = [...fake.nodes.values()][0]!;
+//   await fake.waitFor(() => node.internal.agent_url !== undefined, 'the first heartbeat');
+//   const agent = fake.clientFor(node.uuid);       // token + CA from the heartbeat
+//   await agent.command('deploy.get_deploy_steps', { node: {}, ports: [] }, { wait: true });
+//   fake.powerAction(node.uuid);                   // as Ironic does around a reboot
+//   await agent.close(); await fake.close();
 import { randomBytes, randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -50,6 +59,8 @@ export interface FakeConductorOptions {
   /** [agent]require_tls; Ironic's default is true. */
   requireTls?: boolean;
   nodes?: FakeNodeSpec[];
+  /** Address to listen on (an ephemeral port). Default 127.0.0.1; `::1` for IPv6. */
+  host?: string;
 }
 
 export interface RecordedRequest {
@@ -108,12 +119,16 @@ export class FakeConductor extends EventEmitter<{ request: [RecordedRequest] }> 
       if (fake.mode === 'reset') s.destroy();
     });
     server.on('request', (req, res) => void fake.handle(req, res));
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(0, opts.host ?? '127.0.0.1', resolve);
+    });
     return fake;
   }
 
   get url(): string {
-    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    const { address, family, port } = this.server.address() as AddressInfo;
+    return `http://${family === 'IPv6' ? `[${address}]` : address}:${port}`;
   }
 
   get lookups(): RecordedRequest[] {
