@@ -122,8 +122,16 @@ describe('prepareConfigDrive', () => {
   });
 
   it('does not retry a 4xx and says what the server answered', async () => {
-    await rejects(`${base}/missing`, /HTTP 404.*no such drive/);
+    await rejects(`${base}/missing`, /status code 404.*no such drive/);
     expect(hits['/missing']).toBe(1);
+  });
+
+  it('gives up on an unreachable server after the configured retries', async () => {
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise((resolve) => closed.close(resolve));
+    await rejects(`http://127.0.0.1:${port}/drive`, /Can't download the configdrive content/);
   });
 
   it('refuses schemes other than http and https', async () => {

@@ -1,64 +1,39 @@
-// Downloads a config drive given as a URL, with the image options' timeout and retries: 5xx and transport
-// errors are retried, 4xx is not, and the body is capped so a wrong URL cannot fill the ramdisk's memory.
-import { setTimeout as sleep } from 'node:timers/promises';
-import { readFileSync } from 'node:fs';
-import { Agent, interceptors, request, type Dispatcher } from 'undici';
+// Downloads a config drive given as a URL with the image pipeline's client (its TLS settings, retries of
+// 5xx and transport errors, no retry of 4xx), capped so a wrong URL cannot fill the ramdisk's memory.
 import type { AgentServices } from '../commands/types.ts';
 import { ConfigDriveError, errorText } from '../errors.ts';
+import { Dispatchers } from '../image/dispatchers.ts';
+import { ImageFetcher } from '../image/fetch.ts';
 
-class Fatal extends Error {}
-
-function dispatcherFor(services: Pick<AgentServices, 'config'>, timeoutMs: number): Agent {
-  const tls = services.config.tls;
-  return new Agent({
-    connectTimeout: timeoutMs,
-    headersTimeout: timeoutMs,
-    bodyTimeout: timeoutMs,
-    connect: {
-      rejectUnauthorized: !tls.insecure,
-      ...(tls.caFile ? { ca: readFileSync(tls.caFile) } : {}),
-    },
-  });
-}
-
-async function fetchOnce(url: string, dispatcher: Dispatcher, maxBytes: number): Promise<Buffer> {
-  const res = await request(url, { dispatcher });
-  if (res.statusCode !== 200) {
-    const body = (await res.body.text().catch(() => '')).slice(0, 200);
-    const msg = `HTTP ${res.statusCode} from ${url}${body ? `: ${body}` : ''}`;
-    throw res.statusCode < 500 ? new Fatal(msg) : new Error(msg);
-  }
-  const chunks: Buffer[] = [];
-  let total = 0;
-  for await (const chunk of res.body) {
-    total += (chunk as Buffer).length;
-    if (total > maxBytes) {
-      res.body.destroy();
-      throw new Fatal(`the config drive at ${url} is larger than ${maxBytes} bytes`);
-    }
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks);
-}
-
-/** GETs `url` (http or https), retrying as `config.image` says. Any final failure is a ConfigDriveError. */
+/** GETs `url` (http or https) as `config.image` says. Any failure is a ConfigDriveError naming the URL. */
 export async function downloadConfigDrive(services: Pick<AgentServices, 'config' | 'log'>, url: string, maxBytes: number): Promise<Buffer> {
-  const { connectTimeoutS, retries, retryIntervalS } = services.config.image;
-  const agent = dispatcherFor(services, connectTimeoutS * 1000);
-  const dispatcher = agent.compose(interceptors.redirect({ maxRedirections: 5 }));
+  const { image, tls } = services.config;
+  const dispatchers = new Dispatchers({
+    connectTimeoutMs: image.connectTimeoutS * 1000,
+    stallTimeoutMs: image.connectTimeoutS * 1000,
+    insecure: tls.insecure,
+    caFile: tls.caFile,
+    minTlsVersion: tls.minVersion,
+    proxies: {},
+  });
+  const fetcher = new ImageFetcher(dispatchers, { retries: image.retries, retryIntervalMs: image.retryIntervalS * 1000, deadline: 0, log: services.log });
   try {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await fetchOnce(url, dispatcher, maxBytes);
-      } catch (err) {
-        if (err instanceof Fatal || attempt >= retries) {
-          throw new ConfigDriveError(`Can't download the configdrive content from '${url}': ${errorText(err)}`);
-        }
-        services.log.warn({ url, attempt: attempt + 1, err: errorText(err) }, 'config drive download failed, retrying');
-        await sleep(retryIntervalS * 1000);
+    const opened = await fetcher.open([url]);
+    const chunks: Buffer[] = [];
+    let total = 0;
+    for await (const chunk of opened.body) {
+      total += (chunk as Buffer).length;
+      if (total > maxBytes) {
+        opened.cancel();
+        throw new ConfigDriveError(`The config drive at '${url}' is larger than ${maxBytes} bytes`);
       }
+      chunks.push(chunk as Buffer);
     }
+    return Buffer.concat(chunks);
+  } catch (err) {
+    if (err instanceof ConfigDriveError) throw err;
+    throw new ConfigDriveError(`Can't download the configdrive content from '${url}': ${errorText(err)}`);
   } finally {
-    await agent.close();
+    await dispatchers.close();
   }
 }
