@@ -80,6 +80,21 @@ describe('writeConfigDrivePartition', () => {
     });
   });
 
+  it('refuses an existing config-2 partition too small for the drive, leaving it as it was', async () => {
+    const big = await prepareConfigDrive(diskServices([]), toWire(await buildIso({ 'openstack/latest/user_data': Buffer.alloc(3 * MiB, 1) })));
+    await withLoops([100 * MiB], async ([d]) => {
+      await execa('sgdisk', ['-n', '1:0:+32M', '-n', '2:0:+2M', d!.path]);
+      await execa('partx', ['-u', d!.path]);
+      await execa('mkfs.vfat', ['-n', 'CONFIG-2', `${d!.path}p2`]);
+      const { start, size } = await partitionBytes(d!.path, 2);
+      const before = (await readFile(d!.file)).subarray(start, start + size);
+      const err = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, big).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ConfigDriveError);
+      expect((err as Error).message).toMatch(/does not fit partition/);
+      expect((await readFile(d!.file)).subarray(start, start + size).equals(before)).toBe(true);
+    });
+  });
+
   it('refuses an MBR disk with four primary partitions and leaves its table alone', async () => {
     await withLoops([200 * MiB], async ([d]) => {
       const mk = (a: number, b: number) => ['mkpart', 'primary', 'ext4', `${a}MiB`, `${b}MiB`];
