@@ -78,6 +78,6 @@ export type Packing = 'gzip' | 'zstd' | 'xz';
 export async function compress(path: string, kind: Packing): Promise<string> {
   const out = `${path}.${kind === 'gzip' ? 'gz' : kind === 'zstd' ? 'zst' : 'xz'}`;
   const args = kind === 'gzip' ? ['-c', '-1', path] : kind === 'zstd' ? ['-q', '-c', '-1', path] : ['-c', '-0', '-T0', path];
-  await execa(kind, args, { stdout: { file: out } });
+  await execa('sh', ['-c', '"$0" "$@" > "$OUT"', kind, ...args], { env: { OUT: out } });
   return out;
 }

@@ -1,0 +1,173 @@
+// `npm run bench`: how fast the agent deploys compared with the plain tools, on this machine. One raw
+// image (BENCH_SIZE, default 2G) served over loopback HTTP, written to a sparse loop device, each case
+// BENCH_REPS times (default 3); prints the medians, the ratios to the baselines, and the agent's peak
+// RSS while streaming. The agent runs as its own process, standalone, limited to the loop device; its
+// time is from the POST to the final result, follow-up commands included. Not a test: no pass/fail.
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { open, readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { execa } from 'execa';
+import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from '../test/helpers/loop.ts';
+import { startImageServer, type ImageServer } from '../test/helpers/image-server.ts';
+import { compress, toQcow2, workDir } from '../test/helpers/make-image.ts';
+
+const root = new URL('..', import.meta.url).pathname;
+
+function parseSize(text: string): number {
+  const m = /^(\d+)([MG])$/i.exec(text.trim());
+  if (!m) throw new Error(`BENCH_SIZE must look like 256M or 2G, got ${text}`);
+  return Number(m[1]) * (m[2]!.toUpperCase() === 'G' ? GiB : MiB);
+}
+
+const SIZE = parseSize(process.env.BENCH_SIZE ?? '2G');
+const REPS = Number(process.env.BENCH_REPS ?? 3);
+
+/** Half incompressible data, half zeros, in 64 MiB stripes, with a GPT so the agent's partition check passes. */
+async function buildImage(path: string): Promise<void> {
+  const stripe = randomBytes(64 * MiB);
+  await execa('truncate', ['-s', String(SIZE), path]);
+  const fh = await open(path, 'r+');
+  try {
+    for (let at = 0; at < SIZE; at += 2 * stripe.length) {
+      await fh.write(stripe, 0, Math.min(stripe.length, SIZE - at), at);
+    }
+  } finally {
+    await fh.close();
+  }
+  await execa('sgdisk', ['-n', '1:2048:0', '-t', '1:8300', path]);
+}
+
+async function sha(path: string, algo: string): Promise<string> {
+  const hash = createHash(algo);
+  for await (const chunk of createReadStream(path, { highWaterMark: 8 * MiB })) hash.update(chunk as Buffer);
+  return hash.digest('hex');
+}
+
+async function timed(fn: () => Promise<void>): Promise<number> {
+  await execa('sync');
+  const start = process.hrtime.bigint();
+  await fn();
+  return Number(process.hrtime.bigint() - start) / 1e9;
+}
+
+const sh = (script: string) => () => execa('sh', ['-c', script]).then(() => undefined);
+
+interface AgentRun {
+  seconds: number;
+  peakRssBytes: number;
+}
+
+/** One deploy by a fresh agent process; returns its time and the process's peak RSS. */
+async function agentDeploy(device: string, bufferDir: string, imageInfo: Record<string, unknown>): Promise<AgentRun> {
+  const child = execa('node', ['--import', 'tsx', join(root, 'agent/main.ts'), '--standalone', '--kernel-cmdline=/dev/null',
+    '--ipa-listen-host=127.0.0.1', '--ipa-listen-port=0', `--device-allowlist=${device}`, `--ipa-image-buffer-dir=${bufferDir}`],
+  { cwd: root, reject: false, buffer: false });
+  try {
+    const url = await new Promise<string>((resolve, reject) => {
+      createInterface({ input: child.stdout! }).on('line', (line) => {
+        if (line.includes('"agent API listening"')) resolve(`http://127.0.0.1:${JSON.parse(line).port}`);
+      });
+      void child.then(() => reject(new Error('agent exited')));
+    });
+    let seconds = 0;
+    await execa('sync');
+    const start = process.hrtime.bigint();
+    const res = await fetch(`${url}/v1/commands/?wait=true`, { method: 'POST', body: JSON.stringify({ name: 'standby.prepare_image', params: { image_info: imageInfo } }) });
+    let cmd = (await res.json()) as { command_status: string; command_error: unknown };
+    while (cmd.command_status === 'RUNNING') {
+      await new Promise((r) => setTimeout(r, 20));
+      cmd = ((await (await fetch(`${url}/v1/commands/`)).json()) as { commands: (typeof cmd)[] }).commands.at(-1)!;
+    }
+    seconds = Number(process.hrtime.bigint() - start) / 1e9;
+    if (cmd.command_status !== 'SUCCEEDED') throw new Error(`agent deploy failed: ${JSON.stringify(cmd.command_error)}`);
+    const status = await readFile(`/proc/${child.pid}/status`, 'utf8');
+    const peakRssBytes = Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
+    return { seconds, peakRssBytes };
+  } finally {
+    child.kill('SIGTERM');
+    await child;
+  }
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+async function main(): Promise<void> {
+  if (process.getuid?.() !== 0) throw new Error('the benchmark attaches and writes a loop device: run it as root');
+  const work = await workDir('ina-bench-');
+  let loop: LoopDevice | undefined;
+  let server: ImageServer | undefined;
+  try {
+    console.log(`Building a ${SIZE / MiB} MiB raw image (half random, half zeros) and its gzip, zstd and qcow2 forms...`);
+    const raw = join(work.dir, 'bench.raw');
+    await buildImage(raw);
+    const gz = await compress(raw, 'gzip');
+    const zst = await compress(raw, 'zstd');
+    const qcow2 = await toQcow2(raw);
+    const digests = { raw256: await sha(raw, 'sha256'), rawMd5: await sha(raw, 'md5'), gz: await sha(gz, 'sha256'), zst: await sha(zst, 'sha256'), qcow2: await sha(qcow2, 'sha256') };
+
+    // At least 4 GiB so that the agent chooses it without root device hints; sparse, so it costs nothing.
+    loop = await attachLoop(Math.max(SIZE + 64 * MiB, 4 * GiB + 64 * MiB));
+    server = await startImageServer();
+    const urls = {
+      raw: await server.serveFile('bench.raw', raw),
+      gz: await server.serveFile('bench.raw.gz', gz),
+      zst: await server.serveFile('bench.raw.zst', zst),
+      qcow2: await server.serveFile('bench.qcow2', qcow2),
+    };
+    const dev = loop.path;
+    const fetched = join(work.dir, 'fetched.qcow2');
+    const info = (id: string, url: string, extra: Record<string, unknown>) => ({ id, urls: [url], stream_raw_images: true, ...extra });
+
+    const cases: { name: string; run: () => Promise<number | AgentRun> }[] = [
+      { name: 'curl | dd', run: () => timed(sh(`curl -sf ${urls.raw} | dd of=${dev} bs=1M oflag=direct status=none`)) },
+      { name: 'agent raw sha256', run: () => agentDeploy(dev, work.dir, info('raw', urls.raw, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.raw256 })) },
+      { name: 'agent raw md5', run: () => agentDeploy(dev, work.dir, info('raw', urls.raw, { disk_format: 'raw', os_hash_algo: 'md5', os_hash_value: digests.rawMd5 })) },
+      { name: 'curl | gzip -dc | dd', run: () => timed(sh(`curl -sf ${urls.gz} | gzip -dc | dd of=${dev} bs=1M oflag=direct status=none`)) },
+      { name: 'agent gzip', run: () => agentDeploy(dev, work.dir, info('gz', urls.gz, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.gz })) },
+      { name: 'curl | zstd -dc | dd', run: () => timed(sh(`curl -sf ${urls.zst} | zstd -dc | dd of=${dev} bs=1M oflag=direct status=none`)) },
+      { name: 'agent zstd', run: () => agentDeploy(dev, work.dir, info('zst', urls.zst, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.zst })) },
+      {
+        name: 'curl > f && qemu-img convert',
+        run: () => timed(sh(`curl -sf -o ${fetched} ${urls.qcow2} && qemu-img convert -f qcow2 -O host_device -t directsync -S 0 -W ${fetched} ${dev} && rm -f ${fetched}`)),
+      },
+      { name: 'agent qcow2', run: () => agentDeploy(dev, work.dir, info('qcow2', urls.qcow2, { disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: digests.qcow2 })) },
+    ];
+
+    const seconds = new Map<string, number[]>();
+    const rss: number[] = [];
+    for (let rep = 1; rep <= REPS; rep++) {
+      for (const c of cases) {
+        const out = await c.run();
+        const s = typeof out === 'number' ? out : out.seconds;
+        if (typeof out !== 'number' && c.name.startsWith('agent raw')) rss.push(out.peakRssBytes);
+        seconds.set(c.name, [...(seconds.get(c.name) ?? []), s]);
+        console.log(`  rep ${rep}  ${c.name.padEnd(30)} ${s.toFixed(2)} s`);
+      }
+    }
+
+    const m = (name: string) => median(seconds.get(name)!);
+    const mibs = (name: string) => (SIZE / MiB / m(name)).toFixed(0);
+    console.log(`\nMedians over ${REPS} runs, ${SIZE / MiB} MiB image, ${(await execa('nproc')).stdout} CPUs:`);
+    for (const name of seconds.keys()) console.log(`  ${name.padEnd(30)} ${m(name).toFixed(2)} s  (${mibs(name)} MiB/s of image)`);
+    const ratio = (a: string, b: string, target: number) =>
+      console.log(`  ${`${a} ÷ ${b}`.padEnd(56)} ${(m(a) / m(b)).toFixed(2)}  (target ≤ ${target.toFixed(2)})`);
+    console.log('\nRatios:');
+    ratio('agent raw sha256', 'curl | dd', 1.05);
+    ratio('agent raw md5', 'curl | dd', 1.1);
+    ratio('agent gzip', 'curl | gzip -dc | dd', 1.05);
+    ratio('agent zstd', 'curl | zstd -dc | dd', 1.05);
+    ratio('agent qcow2', 'curl > f && qemu-img convert', 1.05);
+    console.log(`\nAgent peak RSS while streaming raw: ${(Math.max(...rss) / MiB).toFixed(0)} MiB (target ≤ 120 MB)`);
+  } finally {
+    await server?.close();
+    if (loop) await detachLoop(loop);
+    await rm(work.dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((err) => {
+  console.error(`bench failed: ${err instanceof Error ? err.message.slice(0, 2000) : String(err)}`);
+  process.exit(1);
+});
