@@ -81,8 +81,9 @@ export class IronicApi {
     throw new ConductorUnreachable(`no answer from ${this.urls.join(', ')}: ${describe(lastError)}`);
   }
 
+  /** Ends every connection at once (the link stops for good; nothing in flight matters any more). */
   close(): Promise<void> {
-    return this.dispatcher.close();
+    return this.dispatcher.destroy();
   }
 }
 
