@@ -6,6 +6,7 @@ import type { AgentServices } from '../commands/types.ts';
 import { BlockDeviceEraseError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
 import { listPartitions, rescanPartitions } from './partitions.ts';
+import { overwriteDevice } from './overwrite.ts';
 import { MiB } from './partition-table.ts';
 
 async function zeroRange(fh: Awaited<ReturnType<typeof open>>, start: number, length: number): Promise<void> {
@@ -58,7 +59,7 @@ export interface EraseOptions {
 /** How the disk was erased, for the step's log and result. */
 export type EraseMethod = 'secure discard' | 'discard' | 'overwrite';
 
-export async function eraseDevice(services: Services, disk: string, opts: EraseOptions): Promise<EraseMethod> {
+export async function eraseDevice(services: Services, disk: string, sizeBytes: number, opts: EraseOptions): Promise<EraseMethod> {
   const log = services.log;
   await services.guard.assertWritable(disk, 'erase');
   if (opts.discard) {
@@ -71,10 +72,13 @@ export async function eraseDevice(services: Services, disk: string, opts: EraseO
       }
     }
   }
-  const args = ['--force', `--iterations=${opts.randomPasses}`, ...(opts.finalZeroPass || opts.randomPasses === 0 ? ['--zero'] : []), disk];
+  // Nothing asked for at all still leaves the disk zeroed: an erase step must erase.
+  const zero = opts.finalZeroPass || opts.randomPasses === 0;
   try {
-    // Whole-disk overwrites take hours on real disks: no timeout.
-    await run('shred', args, { log, timeoutMs: 0 });
+    await overwriteDevice(disk, sizeBytes, opts.randomPasses, zero, (p) => {
+      // Chunks divide a GiB, so this logs once per GiB and at the end of each pass.
+      if (p.bytes % 1024 ** 3 === 0 || p.bytes === p.total) log.info({ disk, ...p }, 'overwriting');
+    });
   } catch (err) {
     throw new BlockDeviceEraseError(`Error erasing block device ${disk}: ${errorText(err)}`);
   }

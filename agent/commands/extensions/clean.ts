@@ -42,7 +42,7 @@ const runners: Record<string, (services: AgentServices) => Promise<unknown>> = {
     const opts = eraseOptions(services);
     const disks = await cleaningTargets(services);
     for (const d of disks) {
-      const method = await eraseDevice(services, d.path, opts);
+      const method = await eraseDevice(services, d.path, d.size, opts);
       services.log.info({ disk: d.path, method }, 'disk erased');
     }
     return null;
