@@ -28,7 +28,7 @@ afterEach(async () => {
 });
 
 function lookupWith(urls: string[], req: Partial<LookupRequest> = {}, random = Math.random) {
-  const api = new IronicApi({ urls, timeoutS: 1, insecure: false, log: nullLogger });
+  const api = new IronicApi({ urls, timeoutS: 1, insecure: false, log: nullLogger, requestId: 'req-0b5e1d0c-6b1f-4a4e-9c59-3f0e8f4f2b7a' });
   cleanups.push(() => api.close());
   const clock = new InstantClock();
   const run = lookupNode(
@@ -106,6 +106,8 @@ describe('lookup retries', () => {
     const req = fake.lookups[0]!;
     expect(req.query).toEqual({ addresses: `aa:bb:cc:dd:ee:ff,${MAC}`, node_uuid: node.uuid });
     expect(req.headers['x-openstack-ironic-api-version']).toBe('1.62');
+    expect(req.headers['x-openstack-request-id']).toBe('req-0b5e1d0c-6b1f-4a4e-9c59-3f0e8f4f2b7a');
+    expect(req.headers['content-type']).toBe('application/json');
     const old = lookupWith([fake.url], { version: 40, heldToken: null });
     expect((await old.run).token).toBeNull();
     expect(fake.lookups[1]!.headers['x-openstack-ironic-api-version']).toBe('1.40');

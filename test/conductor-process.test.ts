@@ -33,12 +33,27 @@ describe('agent process and the conductor', () => {
     const fake = await FakeConductor.start({ nodes: [] });
     fake.mode = 'hang';
     try {
-      const r = await agentProcess(fake.url, ['--ipa-lookup-timeout=2', '--ipa-lookup-interval=0.2', '--ipa-http-request-timeout=1']);
+      const r = await agentProcess(fake.url, ['--ipa-lookup-timeout=1', '--ipa-lookup-interval=0.2', '--ipa-http-request-timeout=1']);
       expect(r.exitCode).toBe(1);
       const lines = r.stderr.trim().split('\n');
       expect(lines).toHaveLength(1);
-      expect(lines[0]).toMatch(/^ironic-node-agent: Could not look up node info after \d+ attempt\(s\) in 2 s; last: no answer from http:\/\/127\.0\.0\.1:\d+: .*timeout/i);
+      expect(lines[0]).toMatch(/^ironic-node-agent: Could not look up node info after \d+ attempt\(s\) in 1 s; last: no answer from http:\/\/127\.0\.0\.1:\d+: .*timeout/i);
     } finally {
+      await fake.close();
+    }
+  });
+
+  it.skipIf(macs.length === 0)('stops cleanly on SIGTERM while still looking up', async () => {
+    const fake = await FakeConductor.start({ nodes: [] });
+    const proc = agentProcess(fake.url, ['--ipa-lookup-interval=0.2'], true);
+    try {
+      await fake.waitFor(() => fake.lookups.length >= 1, 'a lookup', 40_000);
+      proc.kill('SIGTERM');
+      const r = await proc;
+      expect(r.exitCode).toBe(0);
+      expect(r.stdout).toMatch(/"msg":"stopping"/);
+    } finally {
+      proc.kill('SIGKILL');
       await fake.close();
     }
   });

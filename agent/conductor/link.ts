@@ -156,6 +156,7 @@ export class ConductorLink {
     this.state.update({ phase: 'finding conductor', conductorUrl: this.api.current });
     const version = (boot.version = await versions.get(signal));
     this.state.update({ phase: 'waiting for network', conductorUrl: this.api.current });
+    await this.clock.sleep(this.config.hardwareInitDelayS * 1000, signal);
     boot.macs = await waitForNicMacs(this.config.lookup.nicWaitS, this.clock, signal);
     if (boot.macs.length === 0) {
       throw new NoNetworkError(`no network interface with a MAC address appeared within ${this.config.lookup.nicWaitS} s`);
