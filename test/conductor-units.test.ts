@@ -1,6 +1,9 @@
 // The conductor link's pure parts, table-driven: Ironic error bodies, token acceptance, lookup reply
 // parsing, heartbeat body by version, callback URLs, route parsing, and the certificate's fields.
 import { X509Certificate } from 'node:crypto';
+import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { callbackUrl, routeSource } from '../agent/conductor/advertise.ts';
@@ -9,6 +12,7 @@ import { ipBytes } from '../agent/conductor/der.ts';
 import { heartbeatBody, type HeartbeatTarget } from '../agent/conductor/heartbeat.ts';
 import { ironicFault } from '../agent/conductor/ironic-api.ts';
 import { lookupPath } from '../agent/conductor/lookup.ts';
+import { nicMacs } from '../agent/conductor/nics.ts';
 import { acceptToken, InvalidLookupReply, parseLookupReply } from '../agent/conductor/lookup-reply.ts';
 import { parseVersion } from '../agent/conductor/versions.ts';
 import { pythonJson } from './helpers/agent-client.ts';
@@ -145,5 +149,27 @@ describe('Python json.dumps spacing (the conductor\'s request bodies)', () => {
   it('matches the fixture text', () => {
     expect(pythonJson({ name: 'get_clean_steps', params: {} })).toBe('{"name": "get_clean_steps", "params": {}}');
     expect(pythonJson({ a: [1, true, null, 'é'] })).toBe('{"a": [1, true, null, "\\u00e9"]}');
+  });
+});
+
+describe('NIC MACs from sysfs', () => {
+  it('keeps physical NICs with a real MAC, lower-cased, and skips lo and virtual devices', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'ina-sysnet-'));
+    try {
+      const nic = async (name: string, mac: string, physical: boolean) => {
+        await mkdir(join(dir, name));
+        await writeFile(join(dir, name, 'address'), `${mac}\n`);
+        if (physical) await symlink('/sys/devices/virtual', join(dir, name, 'device'));
+      };
+      await nic('lo', '00:00:00:00:00:00', false);
+      await nic('eth1', '52:54:00:AA:BB:02', true);
+      await nic('eth0', '52:54:00:aa:bb:01', true);
+      await nic('br0', '52:54:00:aa:bb:03', false);
+      await nic('ib0', '80:00:00:48:fe:80:00:00:00:00:00:00:00:00:00:00:00:00:00:01', true);
+      await nic('dummy0', '00:00:00:00:00:00', true);
+      expect(await nicMacs(dir)).toEqual(['52:54:00:aa:bb:01', '52:54:00:aa:bb:02']);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
