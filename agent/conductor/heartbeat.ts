@@ -65,6 +65,8 @@ export class Heartbeater extends EventEmitter<HeartbeaterEvents> {
   private intervalMs = 0;
   private previous = 0;
   private forced = false;
+  /** Counts pokes, so that one arriving while a heartbeat is in flight is not cleared by its 202. */
+  private pokes = 0;
   private stopped = false;
   private wake = new AbortController();
   /** Ends a heartbeat request in flight when the loop stops. */
@@ -85,6 +87,7 @@ export class Heartbeater extends EventEmitter<HeartbeaterEvents> {
   /** Heartbeat early: an async command ended and the conductor should look at it. */
   force(): void {
     this.forced = true;
+    this.pokes++;
     this.wake.abort();
   }
 
@@ -117,6 +120,7 @@ export class Heartbeater extends EventEmitter<HeartbeaterEvents> {
   private async beat(): Promise<void> {
     const { api, clock, random, log } = this.deps;
     const forced = this.forced;
+    const pokes = this.pokes;
     const at = clock.now();
     let status: number | undefined;
     let reason: string | undefined;
@@ -136,7 +140,7 @@ export class Heartbeater extends EventEmitter<HeartbeaterEvents> {
     this.previous = clock.now();
     if (ok) {
       this.intervalMs = this.target.heartbeatTimeoutS * 1000 * (0.3 + 0.3 * random());
-      this.forced = false;
+      if (this.pokes === pokes) this.forced = false;
     } else {
       this.intervalMs = 5000 * (1 + random());
       log.warn({ status, reason, retryInMs: Math.round(this.intervalMs) }, status === 409 ? 'heartbeat conflict' : 'heartbeat failed');
