@@ -1,31 +1,29 @@
 // Rebuilds a config drive as a VFAT image labelled CONFIG-2 with the same files and FAT sectors as large
 // as the disk's, for disks with 4 KiB logical sectors (ISO9660, or FAT with 512-byte sectors, cannot be
-// mounted there). Files come out with xorriso or mtools and go in with mtools, so nothing is mounted.
-import { chmod, mkdir, mkdtemp, readdir, rm, writeFile, truncate, readFile } from 'node:fs/promises';
+// mounted there). Files come out of an ISO in memory (iso9660.ts) or out of a FAT image with mtools, and
+// go in with mtools, so nothing is mounted and no ISO tool is needed.
+import { mkdir, mkdtemp, readdir, rm, writeFile, truncate, readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { Logger } from '../log.ts';
 import { ConfigDriveError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
 import type { ConfigDriveImage } from './config-drive.ts';
-
-async function makeWritable(dir: string): Promise<void> {
-  await chmod(dir, 0o755);
-  for (const entry of await readdir(dir, { withFileTypes: true })) {
-    if (entry.isDirectory()) await makeWritable(join(dir, entry.name));
-  }
-}
+import { readIsoFiles } from './iso9660.ts';
 
 const MTOOLS_ENV = { MTOOLS_SKIP_CHECK: '1' };
 
-async function extractTree(drive: ConfigDriveImage, image: string, tree: string, log?: Logger): Promise<void> {
+async function extractTree(drive: ConfigDriveImage, work: string, tree: string, log?: Logger): Promise<void> {
+  await mkdir(tree);
   if (drive.format === 'iso9660') {
-    await run('xorriso', ['-osirrox', 'on', '-indev', image, '-extract', '/', tree], { log });
-    // xorriso restores ISO permissions (read-only directories), which would stop cleanup.
-    await makeWritable(tree);
+    for (const file of readIsoFiles(drive.bytes)) {
+      await mkdir(dirname(join(tree, file.path)), { recursive: true });
+      await writeFile(join(tree, file.path), file.data);
+    }
     return;
   }
-  await mkdir(tree);
+  const image = join(work, 'drive.src');
+  await writeFile(image, drive.bytes);
   // mtools expands the wildcard itself; an empty drive has nothing to match (exit 1).
   await run('mcopy', ['-s', '-n', '-p', '-i', image, '::/*', tree], { env: MTOOLS_ENV, okCodes: [1], log });
 }
@@ -34,11 +32,9 @@ async function extractTree(drive: ConfigDriveImage, image: string, tree: string,
 export async function rebuildAsVfat(drive: ConfigDriveImage, sizeBytes: number, sectorSize: number, log?: Logger): Promise<Buffer> {
   const work = await mkdtemp(join(tmpdir(), 'ina-configdrive-'));
   try {
-    const source = join(work, 'drive.src');
     const tree = join(work, 'tree');
     const fat = join(work, 'drive.vfat');
-    await writeFile(source, drive.bytes);
-    await extractTree(drive, source, tree, log);
+    await extractTree(drive, work, tree, log);
     await writeFile(fat, '');
     await truncate(fat, sizeBytes);
     await run('mkfs.vfat', ['-S', String(sectorSize), '-n', 'CONFIG-2', fat], { log });
