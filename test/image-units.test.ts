@@ -8,6 +8,8 @@ import { bypassesProxy } from '../agent/image/dispatchers.ts';
 import { parseImageInfo } from '../agent/image/image-info.ts';
 import { INSPECT_HEAD_BYTES, inspectImage } from '../agent/image/inspect.ts';
 import { headHasGpt } from '../agent/image/write.ts';
+import { relocateBackupGpt } from '../agent/image/gpt.ts';
+import { copyFile, open } from 'node:fs/promises';
 import { compress, makeDiskImage, qcow2WithBackingFile, qcow2WithDataFile, toQcow2, workDir } from './helpers/make-image.ts';
 import { execa } from 'execa';
 import { join } from 'node:path';
@@ -159,5 +161,51 @@ describe('inspectImage over real images', () => {
 
   it('a compressed image is not mistaken for a container', async () => {
     expect(inspectImage(await head(await compress(raw, 'gzip'))).format).toBe('raw');
+  });
+});
+
+describe('relocateBackupGpt', () => {
+  let work: Awaited<ReturnType<typeof workDir>>;
+  beforeAll(async () => {
+    work = await workDir();
+  });
+  afterAll(() => work.cleanup());
+
+  async function region(file: string, offset: number, length: number): Promise<Buffer> {
+    const fh = await open(file, 'r');
+    try {
+      const buf = Buffer.alloc(length);
+      await fh.read(buf, 0, length, offset);
+      return buf;
+    } finally {
+      await fh.close();
+    }
+  }
+
+  it.each([[32], [3 * 1024 * 1024]])('writes what sgdisk -e writes, on a %i MiB disk', async (diskMiB) => {
+    const img = await makeDiskImage(work.dir, { sizeMiB: 4, name: `gpt-${diskMiB}.raw`, randomKiB: 16 });
+    const ours = join(work.dir, `ours-${diskMiB}`);
+    const theirs = join(work.dir, `theirs-${diskMiB}`);
+    for (const file of [ours, theirs]) {
+      await copyFile(img.path, file);
+      await execa('truncate', ['-s', `${diskMiB}M`, file]);
+    }
+    await execa('sgdisk', ['-e', theirs]);
+
+    const diskBytes = diskMiB * 1024 * 1024;
+    const writes = relocateBackupGpt((await readFile(img.path)).subarray(0, INSPECT_HEAD_BYTES), 512, diskBytes)!;
+    expect(writes).not.toBeNull();
+    const fh = await open(ours, 'r+');
+    for (const w of writes) await fh.write(w.data, 0, w.data.length, w.offset);
+    await fh.close();
+
+    for (const [offset, length] of [[0, 64 * 1024], [diskBytes - 64 * 1024, 64 * 1024]] as const) {
+      expect((await region(ours, offset, length)).equals(await region(theirs, offset, length))).toBe(true);
+    }
+    expect((await execa('sgdisk', ['-v', ours])).stdout).toMatch(/No problems found/);
+  });
+
+  it('declines heads without a valid GPT', () => {
+    expect(relocateBackupGpt(Buffer.alloc(65536), 512, 1 << 30)).toBeNull();
   });
 });

@@ -21,11 +21,12 @@ import { ImageDownloadFatalError, ImageFetcher, type OpenedImage } from './fetch
 import type { ImageInfo } from './image-info.ts';
 import { INSPECT_HEAD_BYTES, inspectImage, type ImageInspection } from './inspect.ts';
 import type { ProgressMeter } from './progress.ts';
-import { BlockWriter, TooLargeError, clearSignatures, headHasGpt, openForWrite, settlePartitionTable } from './write.ts';
+import { BlockWriter, TooLargeError, clearSignatures, openForWrite, settlePartitionTable } from './write.ts';
 
 export interface TargetDevice {
   path: string;
   size: number;
+  logicalSectorSize: number;
 }
 
 export interface PipelineJob {
@@ -138,7 +139,7 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
   const writer = new BlockWriter(fh, device.path, device.size);
   const hash = createHash(expected.algo);
   let compression: Compression = 'none';
-  let isGpt = false;
+  let written: Buffer = Buffer.alloc(0);
   let touched = false;
   let url = info.urls[0]!;
   try {
@@ -157,7 +158,7 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
         if (compression === 'none' && image.totalBytes !== undefined && image.totalBytes > device.size) {
           throw new TooLargeError(`the image (${image.totalBytes} bytes) is larger than ${device.path} (${device.size} bytes)`);
         }
-        isGpt = headHasGpt(head);
+        written = head;
         touched = true;
         await clearSignatures(device.path, device.size, guard, log);
       }),
@@ -172,7 +173,7 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
     await fh.close().catch(() => undefined);
   }
   log.info({ bytes: writer.written, compression, device: device.path, checksum: expected.algo }, 'image streamed and verified');
-  await settlePartitionTable(device.path, isGpt, guard, log);
+  await settlePartitionTable(device, written, guard, log);
   return writer.written;
 }
 
@@ -233,7 +234,7 @@ async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
     await clearSignatures(device.path, device.size, guard, log);
     if (found.format === 'raw') {
       await copyFileToDevice(file, size, device, job);
-      await settlePartitionTable(device.path, headHasGpt(head), guard, log);
+      await settlePartitionTable(device, head, guard, log);
     } else {
       await convertFileToDevice(file, found.format, virtualSize, device, job);
     }
@@ -274,16 +275,5 @@ async function convertFileToDevice(file: string, format: string, virtualSize: nu
     log,
     onPercent: (p) => job.meter.set(Math.round((virtualSize * p) / 100)),
   });
-  await settlePartitionTable(device.path, await deviceHasGpt(device.path), guard, log);
-}
-
-async function deviceHasGpt(device: string): Promise<boolean> {
-  const fh = await open(device, 'r');
-  try {
-    const head = Buffer.alloc(8192);
-    await fh.read(head, 0, head.length, 0);
-    return headHasGpt(head);
-  } finally {
-    await fh.close();
-  }
+  await settlePartitionTable(device, (await readEnds(device.path, INSPECT_HEAD_BYTES)).head, guard, log);
 }

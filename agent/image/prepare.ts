@@ -21,9 +21,8 @@ export function partitionUuids(services: Pick<AgentServices, 'state' | 'log'>): 
   return uuids ?? {};
 }
 
-/** IPA's check after writing: parted must read a partition table with at least one partition. */
+/** IPA's check after writing (the kernel re-read the table already): parted must find at least one partition. */
 async function checkPartitionTable(disk: string, log: Logger): Promise<void> {
-  await run('partprobe', [disk], { log }).catch((err) => log.warn({ disk, err: errorText(err) }, 'partprobe failed'));
   let out: string;
   try {
     out = (await run('parted', ['-s', '-m', disk, 'unit', 'MiB', 'print'], { log })).stdout;

@@ -6,6 +6,7 @@ import { open, type FileHandle } from 'node:fs/promises';
 import { Writable } from 'node:stream';
 import { ImageWriteError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
+import { relocateBackupGpt } from './gpt.ts';
 import type { Logger } from '../log.ts';
 import type { DeviceGuard } from '../safety/device-guard.ts';
 
@@ -113,13 +114,32 @@ export async function clearSignatures(device: string, sizeBytes: number, guard: 
   }
 }
 
-/** After a raw write: move the backup GPT to the real end of the disk (GPT only), then re-read the table. */
-export async function settlePartitionTable(device: string, isGpt: boolean, guard: DeviceGuard, log: Logger): Promise<void> {
-  if (isGpt) {
-    await guard.assertWritable(device, 'relocate the backup GPT on');
-    await run('sgdisk', ['-e', device], { log }).catch((err) => log.warn({ device, err: errorText(err) }, 'sgdisk -e failed'));
+/**
+ * After a raw write: when the image has a GPT, move its backup to the real end of the disk (computed from
+ * the image's head; `sgdisk -e` when the head does not hold the whole table), then re-read the table.
+ */
+export async function settlePartitionTable(
+  device: { path: string; size: number; logicalSectorSize: number },
+  head: Buffer,
+  guard: DeviceGuard,
+  log: Logger,
+): Promise<void> {
+  if (headHasGpt(head)) {
+    await guard.assertWritable(device.path, 'relocate the backup GPT on');
+    const writes = relocateBackupGpt(head, device.logicalSectorSize, device.size);
+    if (writes) {
+      const fh = await openForWrite(device.path, guard);
+      try {
+        for (const w of writes) await fh.write(w.data, 0, w.data.length, w.offset);
+        await fh.datasync();
+      } finally {
+        await fh.close();
+      }
+    } else {
+      await run('sgdisk', ['-e', device.path], { log }).catch((err) => log.warn({ device: device.path, err: errorText(err) }, 'sgdisk -e failed'));
+    }
   }
-  await rereadPartitions(device, log);
+  await rereadPartitions(device.path, log);
 }
 
 export async function rereadPartitions(device: string, log: Logger): Promise<void> {
