@@ -12,7 +12,9 @@ import { startAgent } from './helpers/api-harness.ts';
 import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
 
 async function withAgent<T>(devs: LoopDevice[], flags: Record<string, string>, body: (c: AgentClient) => Promise<T>): Promise<T> {
-  const running = await startAgent({ 'device-allowlist': devs.map((d) => d.path).join(','), ...flags });
+  // An empty list would mean "no allow-list"; /dev/null is a device no disk matches.
+  const allow = devs.length > 0 ? devs.map((d) => d.path).join(',') : '/dev/null';
+  const running = await startAgent({ 'device-allowlist': allow, ...flags });
   const client = new AgentClient({ url: running.url, pollIntervalMs: 100, pollAttempts: 600 });
   try {
     return await body(client);

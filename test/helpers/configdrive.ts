@@ -39,11 +39,12 @@ export function toWire(image: Buffer): string {
   return gzipSync(image).toString('base64');
 }
 
-/** Agent services for disk code: the device guard allows only `allowlist`. */
+/** Agent services for disk code: the device guard allows only `allowlist` (nothing when it is empty). */
 export function diskServices(allowlist: readonly string[], flags: Record<string, string> = {}): AgentServices {
   const config = buildConfig(
     new Map(),
-    new Map(Object.entries({ standalone: 'true', 'device-allowlist': allowlist.join(','), ...flags })),
+    // An empty list would mean "no allow-list"; /dev/null is a device no disk matches.
+    new Map(Object.entries({ standalone: 'true', 'device-allowlist': allowlist.join(',') || '/dev/null', ...flags })),
   );
   return createAgent(config, nullLogger).services;
 }
