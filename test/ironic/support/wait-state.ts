@@ -22,7 +22,9 @@ export async function waitForState(
     const node = await bm.node(uuid);
     const label = `${node.provision_state}${node.target_provision_state ? ` -> ${node.target_provision_state}` : ''}`;
     if (seen.at(-1) !== label) seen.push(label);
-    if (node.provision_state === target && node.target_provision_state === null) return node;
+    // a failed state keeps the target it failed to reach ("deploy failed" -> "active")
+    const settled = node.target_provision_state === null || STABLE_FAILURES.has(target);
+    if (node.provision_state === target && settled) return node;
     if (STABLE_FAILURES.has(node.provision_state) && node.provision_state !== target) {
       throw new Error(
         `node went to "${node.provision_state}" instead of "${target}"\n` +
