@@ -13,6 +13,12 @@ import type { DeviceGuard } from '../safety/device-guard.ts';
 const MiB = 1024 * 1024;
 /** Bytes gathered before one write syscall: big enough to keep a disk busy, small enough for RSS. */
 const WRITE_BLOCK = 8 * MiB;
+/**
+ * A datasync starts in the background after this many new bytes, so the kernel writes back while more
+ * data arrives instead of holding the whole image dirty until the final sync (dirty limits are a share of
+ * RAM, often more than the image).
+ */
+const FLUSH_BEHIND = 32 * MiB;
 
 /** The image does not fit its target; on the wire it is an ImageWriteError like any other write failure. */
 export class TooLargeError extends ImageWriteError {
@@ -28,6 +34,9 @@ export class BlockWriter extends Writable {
   private pendingBytes = 0;
   /** Bytes handed to the kernel so far. */
   written = 0;
+  private syncedUpTo = 0;
+  private syncing: Promise<void> | null = null;
+  private syncError: Error | null = null;
 
   constructor(
     private readonly fh: FileHandle,
@@ -47,7 +56,11 @@ export class BlockWriter extends Writable {
 
   override _final(done: (err?: Error | null) => void): void {
     this.flush()
-      .then(() => this.fh.datasync())
+      .then(() => this.syncing)
+      .then(() => {
+        if (this.syncError) throw this.syncError;
+        return this.fh.datasync();
+      })
       .then(() => done(), (err: Error) => done(err instanceof ImageWriteError ? err : new ImageWriteError(`syncing ${this.target} failed: ${errorText(err)}`)));
   }
 
@@ -71,6 +84,22 @@ export class BlockWriter extends Writable {
       left -= n;
       if (left > 0) buffers = dropBytes(buffers, n);
     }
+    this.flushBehind();
+  }
+
+  private flushBehind(): void {
+    if (this.syncing || this.written - this.syncedUpTo < FLUSH_BEHIND) return;
+    const upTo = this.written;
+    this.syncing = this.fh.datasync().then(
+      () => {
+        this.syncedUpTo = upTo;
+        this.syncing = null;
+      },
+      (err: Error) => {
+        this.syncError = new ImageWriteError(`syncing ${this.target} failed: ${errorText(err)}`);
+        this.syncing = null;
+      },
+    );
   }
 }
 
