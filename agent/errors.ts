@@ -61,7 +61,7 @@ export class RequestedObjectNotFoundError extends NotFound {
   }
 }
 export class DeviceNotFound extends NotFound {
-  static override summary = 'Error finding root device';
+  static override summary = 'Error finding the disk or partition device to deploy the image onto';
 }
 
 export class CommandExecutionError extends AgentError {
