@@ -1,0 +1,147 @@
+// The serial console: a status screen on the console terminal, redrawn every two seconds from the
+// agent's status and log files. It is its own process (init restarts it), so it keeps showing what
+// happened after the agent crashed. Flags: --status-file, --log-file, --kernel-cmdline (default
+// /proc/cmdline), --once (print the status page once and exit; for checks).
+import { readFileSync } from 'node:fs';
+import { ParamReader } from '../config/reader.ts';
+import { parseFlags, parseKernelCmdline } from '../config/sources.ts';
+import { spawnTool } from '../exec.ts';
+import { countLines, readDisks, readNics, readStatus, tailLines } from './inputs.ts';
+import { keyAction } from './keys.ts';
+import { commandsBody, logBody, renderPage, renderStatus, type ConsoleInput, type ScreenSize } from './screen.ts';
+
+const flags = parseFlags(process.argv.slice(2));
+const statusPath = flags.get('status-file') ?? '/run/ina/status.json';
+const logPath = flags.get('log-file') ?? '/run/ina/agent.log';
+const startsPath = flags.get('starts-file') ?? '/run/ina/agent.starts';
+const shellAllowed = readShellAllowed(flags.get('kernel-cmdline') ?? '/proc/cmdline');
+
+function readShellAllowed(cmdlinePath: string): boolean {
+  let kernel: Map<string, string>;
+  try {
+    kernel = parseKernelCmdline(readFileSync(cmdlinePath, 'utf8'));
+  } catch {
+    return false;
+  }
+  const r = new ParamReader(kernel, (name) => `kernel parameter ${name}`);
+  const on = (name: string) => {
+    try {
+      return r.bool(name, false);
+    } catch {
+      return false;
+    }
+  };
+  return on('ipa-debug') || on('ina-console-shell');
+}
+
+async function gather(logLines: number): Promise<ConsoleInput> {
+  const [status, nics, disks, lines, agentStarts] = await Promise.all([
+    readStatus(statusPath),
+    readNics(),
+    readDisks(),
+    tailLines(logPath, logLines),
+    countLines(startsPath),
+  ]);
+  return { now: Date.now() / 1000, status, nics, disks, logLines: lines, agentStarts, shellAllowed };
+}
+
+function size(): ScreenSize {
+  return { width: process.stdout.columns || 80, height: process.stdout.rows || 24 };
+}
+
+type Page = 'status' | 'log' | 'commands';
+let page: Page = 'status';
+let offset = 0;
+let last = '';
+let inShell = false;
+
+async function draw(force = false): Promise<void> {
+  if (inShell) return;
+  const input = await gather(page === 'log' ? 5000 : 50);
+  let lines: string[];
+  if (page === 'status') {
+    lines = renderStatus(input, size());
+  } else {
+    const body = page === 'log' ? logBody(input.logLines) : commandsBody(input.status, input.now);
+    const r = renderPage(page === 'log' ? 'Agent log' : 'Commands', body, offset, size(), shellAllowed);
+    offset = r.offset;
+    lines = r.lines;
+  }
+  const text = lines.join('\r\n');
+  if (!force && text === last) return;
+  last = text;
+  process.stdout.write('\x1b[H\x1b[2J' + text);
+}
+
+function redraw(force = false): void {
+  draw(force).catch((err: unknown) => process.stdout.write(`\r\nconsole: ${String(err)}\r\n`));
+}
+
+function setRaw(on: boolean): void {
+  if (process.stdin.isTTY) process.stdin.setRawMode(on);
+}
+
+async function openShell(): Promise<void> {
+  inShell = true;
+  setRaw(false);
+  process.stdin.pause();
+  process.stdout.write('\x1b[H\x1b[2J[console] shell; exit to return to the status screen\r\n');
+  await spawnTool('sh', [], { stdio: 'inherit', reject: false });
+  process.stdin.resume();
+  setRaw(true);
+  inShell = false;
+  redraw(true);
+}
+
+function onKey(data: Buffer): void {
+  if (inShell) return;
+  const pageRows = Math.max(1, size().height - 3);
+  switch (keyAction(data.toString('latin1'))) {
+    case 'log':
+      page = 'log';
+      offset = 0;
+      break;
+    case 'commands':
+      page = 'commands';
+      offset = 0;
+      break;
+    case 'back':
+      page = 'status';
+      break;
+    case 'up':
+      offset += 1;
+      break;
+    case 'down':
+      offset -= 1;
+      break;
+    case 'page-up':
+      offset += pageRows;
+      break;
+    case 'page-down':
+      offset -= pageRows;
+      break;
+    case 'shell':
+      if (shellAllowed) void openShell();
+      return;
+    case 'refresh':
+      break;
+    case null:
+      return;
+  }
+  redraw(true);
+}
+
+if (flags.has('once')) {
+  const input = await gather(50);
+  process.stdout.write(renderStatus(input, size()).join('\n') + '\n');
+} else {
+  setRaw(true);
+  process.stdin.on('data', onKey);
+  process.on('SIGTERM', () => {
+    setRaw(false);
+    process.exit(0);
+  });
+  redraw(true);
+  setInterval(() => redraw(), 2000);
+  process.stdin.resume();
+}

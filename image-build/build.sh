@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Builds the deploy ramdisk from Debian packages and the npm registry only:
+#   image-build/out/vmlinuz         the Debian kernel
+#   image-build/out/initramfs.img   zstd cpio: busybox, disk tools, Node, the agent and the console
+#   image-build/out/manifest.json   every package with its version and the bytes it adds
+#   image-build/out/vmlinux         the same kernel uncompressed, for QEMU's faster PVH boot (tests)
+# Reproducible: the same inputs (package versions, sources, SOURCE_DATE_EPOCH) give the same hash.
+# Downloads are cached in image-build/cache/.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+out="$here/out"
+work="$here/cache/work"
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1767225600}
+export TZ=UTC LC_ALL=C
+start=$(date +%s)
+
+for tool in apt-get dpkg-deb readelf zstd openssl npm; do
+  command -v "$tool" >/dev/null || { echo "build.sh: $tool is required" >&2; exit 1; }
+done
+
+mkdir -p "$out" "$work"
+echo "build.sh: fetching Debian packages" >&2
+bash "$here/fetch-debs.sh" > "$work/debs.txt"
+echo "build.sh: fetching Node" >&2
+read -r node_version node_bin < <(bash "$here/fetch-node.sh")
+
+echo "build.sh: bundling the agent and the console" >&2
+agent_version=$(node -p 'require(process.argv[1]).version' "$repo/package.json")
+rm -rf "$work/bundles" && mkdir -p "$work/bundles"
+banner="import { createRequire as __inaRequire } from 'node:module'; const require = __inaRequire(import.meta.url);"
+for entry in agent/main.ts:agent.mjs agent/console/main.ts:console.mjs; do
+  (cd "$repo" && npx --no-install esbuild "${entry%%:*}" --bundle --platform=node --format=esm --target=node20 \
+    --define:__AGENT_VERSION__="\"$agent_version\"" --banner:js="$banner" --legal-comments=none \
+    --log-level=warning --outfile="$work/bundles/${entry##*:}")
+done
+# Bundles that cannot start must fail the build, not the boot: run both once with the ramdisk's Node.
+printf 'standalone=1\n' > "$work/cmdline"
+"$node_bin" "$work/bundles/agent.mjs" --kernel-cmdline="$work/cmdline" --ipa-listen-host=127.0.0.1 \
+  --ipa-listen-port=0 > "$work/smoke.log" 2>&1 &
+smoke=$!
+for _ in $(seq 100); do grep -q 'agent API listening' "$work/smoke.log" && break; sleep 0.1; done
+kill "$smoke" 2>/dev/null || true
+wait "$smoke" 2>/dev/null || true
+grep -q 'agent API listening' "$work/smoke.log" || { cat "$work/smoke.log" >&2; echo "build.sh: the agent bundle does not start" >&2; exit 1; }
+"$node_bin" "$work/bundles/console.mjs" --once --kernel-cmdline="$work/cmdline" --status-file="$work/none.json" \
+  --log-file="$work/smoke.log" | grep -q 'ironic-node-agent' || { echo "build.sh: the console bundle does not start" >&2; exit 1; }
+
+# Everything the initramfs is made of; when none of it changed, the last output stands.
+fingerprint=$( { cat "$work/debs.txt"; echo "node $node_version $SOURCE_DATE_EPOCH";
+  cd "$here" && find rootfs lib assemble.ts files.txt modules.txt -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum;
+  cd "$work/bundles" && sha256sum ./*; } | sha256sum | cut -d' ' -f1)
+if [ -s "$out/initramfs.img" ] && [ -s "$out/summary.json" ] && [ "$(cat "$out/.fingerprint" 2>/dev/null)" = "$fingerprint" ]; then
+  echo "build.sh: inputs unchanged, keeping $out/initramfs.img" >&2
+else
+  echo "build.sh: assembling the initramfs" >&2
+  rm -f "$out/initramfs.img" "$out/manifest.json" "$out/summary.json" "$out/.fingerprint"
+  (cd "$repo" && npx --no-install tsx "$here/assemble.ts" --debs "$work/debs.txt" --node-version "$node_version" \
+    --node "$node_bin" --bundles "$work/bundles" --agent-version "$agent_version" --out "$out" \
+    --epoch "$SOURCE_DATE_EPOCH") > "$out/summary.json"
+  # QEMU-only shortcut: the uncompressed kernel boots by its PVH entry, skipping real mode and the
+  # decompressor (seconds under software emulation). Bare metal and PXE use vmlinuz.
+  xz_at=$(node -e 'const b = require("fs").readFileSync(process.argv[1]);
+    console.log(b.indexOf(Buffer.from([0xfd, 0x37, 0x7a, 0x58, 0x5a, 0])))' "$out/vmlinuz")
+  [ "$xz_at" -gt 0 ] || { echo "build.sh: vmlinuz holds no xz stream" >&2; exit 1; }
+  tail -c +$((xz_at + 1)) "$out/vmlinuz" > "$work/vmlinux.xz"
+  xz -dc --single-stream "$work/vmlinux.xz" > "$out/vmlinux"
+  rm -f "$work/vmlinux.xz"
+  echo "$fingerprint" > "$out/.fingerprint"
+fi
+summary=$(cat "$out/summary.json")
+
+node -e '
+  const s = JSON.parse(process.argv[1]);
+  const mb = (n) => (n / 1048576).toFixed(1) + " MiB";
+  console.log(`initramfs.img: ${mb(s.bytes)} zstd (${mb(s.uncompressed)} uncompressed), limit 60 MiB`);
+  console.log(`sha256: ${s.sha256}`);
+  if (s.bytes > 60 * 1048576) { console.error("build.sh: initramfs is over 60 MiB"); process.exit(1); }
+' "$summary"
+echo "build.sh: done in $(( $(date +%s) - start )) s -> $out" >&2

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Downloads the kernel and the packages in packages.txt (with their Depends closure) from Debian with
+# `apt-get download`, and unpacks each into its own folder with `dpkg-deb -x` (no maintainer scripts).
+# Prints `name version folder` lines for the assembler. Downloads are cached by file name.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cache="$here/cache"
+mkdir -p "$cache/debs" "$cache/x"
+
+# Alternatives apt lists next to the ones a minimal system uses (both would provide the same library).
+skip='^(cdebconf|libelogind0|libdebian-installer4|libnewt0\.52|libslang2|libtextwrap1)$'
+
+if ! apt-cache show busybox-static >/dev/null 2>&1; then apt-get update -qq >&2; fi
+
+kernel=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+[ -n "$kernel" ] || { echo "fetch-debs: cannot resolve linux-image-amd64" >&2; exit 1; }
+mapfile -t wanted < <(grep -v '^#' "$here/packages.txt" | sed '/^\s*$/d')
+mapfile -t closure < <(
+  { echo "$kernel"
+    apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
+      --no-enhances "${wanted[@]}" | grep -v '^ ' | grep -v '^<'
+  } | grep -Ev "$skip" | LC_ALL=C sort -u
+)
+
+# One apt-cache call for every candidate version (`--no-all-versions` shows the candidate only).
+declare -A version
+while read -r pkg v; do version[$pkg]=$v; done < <(
+  apt-cache show --no-all-versions "${closure[@]}" | awk '/^Package:/{p=$2} /^Version:/{print p, $2}'
+)
+missing=()
+for pkg in "${closure[@]}"; do
+  v=${version[$pkg]:-}
+  [ -n "$v" ] || { echo "fetch-debs: no candidate for $pkg" >&2; exit 1; }
+  compgen -G "$cache/debs/${pkg}_${v//:/%3a}_*.deb" >/dev/null || missing+=("$pkg=$v")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "fetch-debs: downloading ${#missing[@]} packages" >&2
+  (cd "$cache/debs" && apt-get download -qq -o APT::Sandbox::User=root "${missing[@]}" >&2)
+fi
+
+for pkg in "${closure[@]}"; do
+  v=${version[$pkg]}
+  file=$(ls "$cache/debs/${pkg}_${v//:/%3a}_"*.deb | head -1)
+  dir="$cache/x/$(basename "$file" .deb)"
+  if [ ! -e "$dir/.done" ]; then
+    rm -rf "$dir" && mkdir -p "$dir"
+    dpkg-deb -x "$file" "$dir"
+    touch "$dir/.done"
+  fi
+  echo "$pkg $v $dir"
+done
