@@ -1,7 +1,7 @@
 // Images and parameters the agent must refuse, each before the device is written: the loop device is
 // painted with a pattern first and must still carry it afterwards.
 import { createHash } from 'node:crypto';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -10,7 +10,7 @@ import { attachLoop, detachLoop, MiB, type LoopDevice } from './helpers/loop.ts'
 import { call } from './helpers/api-harness.ts';
 import { isPainted, paint, readDevice, runCommand, runToEnd, startImageAgent } from './helpers/image-agent.ts';
 import { startImageServer, type ImageServer } from './helpers/image-server.ts';
-import { makeDiskImage, qcow2WithBackingFile, qcow2WithDataFile, toQcow2, workDir, type DiskImage } from './helpers/make-image.ts';
+import { compress, makeDiskImage, qcow2WithBackingFile, qcow2WithDataFile, toQcow2, workDir, type DiskImage } from './helpers/make-image.ts';
 
 let loop: LoopDevice;
 let server: ImageServer;
@@ -106,6 +106,20 @@ describe('refused before the device is written', () => {
     const md5 = createHash('md5').update(await readFile(small.path)).digest('hex');
     const r = await deployFile(small.path, { disk_format: 'raw', stream_raw_images: true, os_hash_algo: undefined, os_hash_value: undefined, checksum: md5 }, { 'ipa-md5-enabled': 'false' });
     await expectRefused(r, 'ImageChecksumError', /MD5 checksums are disabled/);
+  });
+});
+
+describe('corrupt compressed data', () => {
+  it.each(['gzip', 'zstd', 'xz'] as const)('%s: fails as an invalid image', async (kind) => {
+    const packed = await readFile(await compress(small.path, kind));
+    // Keep the magic, damage the rest.
+    for (let i = 64; i < packed.length; i += 97) packed[i] = packed[i]! ^ 0x5a;
+    const file = join(work.dir, `corrupt.${kind}`);
+    await writeFile(file, packed);
+    const r = await deployFile(file, { disk_format: 'raw', stream_raw_images: true });
+    expect(r.command_status).toBe('FAILED');
+    expect(r.command_error!.type).toBe('InvalidImage');
+    expect(r.command_error!.details).toMatch(new RegExp(`${kind} data could not be decompressed`));
   });
 });
 

@@ -1,6 +1,6 @@
 // On-the-fly decompression of a downloaded image, chosen by the first bytes: gzip in-process (zlib),
 // zstd and xz through Debian's tools. Used as a stage of a stream pipeline.
-import { Readable, type Duplex } from 'node:stream';
+import { Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import { AgentError, InvalidImage, errorText } from '../errors.ts';
@@ -19,9 +19,21 @@ export function detectCompression(head: Buffer): Compression {
   return 'none';
 }
 
-function decoder(kind: Exclude<Compression, 'none'>): Duplex {
-  if (kind === 'gzip') return createGunzip({ chunkSize: 256 * 1024 });
-  return spawnTool(kind, ['-dc'], { buffer: { stdout: false, stderr: true }, stripFinalNewline: true }).duplex();
+/** A decoder as separate input and output streams, and a promise that settles when it has finished. */
+interface Decoder {
+  input: Writable;
+  output: Readable;
+  done: Promise<unknown>;
+}
+
+function decoder(kind: Exclude<Compression, 'none'>): Decoder {
+  if (kind === 'gzip') {
+    const gunzip = createGunzip({ chunkSize: 256 * 1024 });
+    return { input: gunzip, output: gunzip, done: Promise.resolve() };
+  }
+  // The tool's own pipes, without execa's stream wrappers: this is the hot path.
+  const child = spawnTool(kind, ['-dc'], { buffer: { stdout: false, stderr: true }, stripFinalNewline: true });
+  return { input: child.stdin!, output: child.stdout!, done: child };
 }
 
 /**
@@ -55,17 +67,20 @@ export function decompressStage(onDetect: (kind: Compression) => void) {
       return;
     }
     const tool = decoder(kind);
-    const feeding = pipeline(Readable.from(everything()), tool);
+    const feeding = pipeline(Readable.from(everything()), tool.input);
     feeding.catch(() => undefined);
+    tool.done.catch(() => undefined);
     try {
-      for await (const chunk of tool) yield chunk as Buffer;
+      for await (const chunk of tool.output) yield chunk as Buffer;
+      await tool.done;
       await feeding;
     } catch (err) {
       // Download errors pass through the decoder unchanged; anything else is the decoder's verdict.
       if (err instanceof AgentError) throw err;
       throw new InvalidImage(`the image's ${kind} data could not be decompressed: ${errorText(err)}`);
     } finally {
-      tool.destroy();
+      tool.input.destroy();
+      tool.output.destroy();
     }
   };
 }

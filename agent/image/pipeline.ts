@@ -180,7 +180,7 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
 async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: string, expected: ExpectedDigest, limit: number): Promise<void> {
   const hash = createHash(expected.algo);
   const fh = await openForWrite(file, null);
-  const writer = new BlockWriter(fh, file, limit);
+  const writer = new BlockWriter(fh, file, limit, false);
   try {
     await pipeline(image.body, tap(hash, job.meter), decompressStage(() => undefined), writer);
   } catch (err) {

@@ -12,7 +12,7 @@ import type { DeviceGuard } from '../safety/device-guard.ts';
 
 const MiB = 1024 * 1024;
 /** Bytes gathered before one write syscall: big enough to keep a disk busy, small enough for RSS. */
-const WRITE_BLOCK = 8 * MiB;
+const WRITE_BLOCK = 4 * MiB;
 /**
  * A datasync starts in the background after this many new bytes, so the kernel writes back while more
  * data arrives instead of holding the whole image dirty until the final sync (dirty limits are a share of
@@ -41,8 +41,10 @@ export class BlockWriter extends Writable {
   constructor(
     private readonly fh: FileHandle,
     private readonly target: string,
-    /** Refuse to write past this many bytes (the device size); Infinity for a file. */
+    /** Refuse to write past this many bytes (the device size, or what the buffer may take). */
     private readonly limit: number,
+    /** Whether the data must be durable at the end (a device) or not (the temporary buffer file). */
+    private readonly durable = true,
   ) {
     super({ highWaterMark: 2 * WRITE_BLOCK });
   }
@@ -59,7 +61,7 @@ export class BlockWriter extends Writable {
       .then(() => this.syncing)
       .then(() => {
         if (this.syncError) throw this.syncError;
-        return this.fh.datasync();
+        return this.durable ? this.fh.datasync() : undefined;
       })
       .then(() => done(), (err: Error) => done(err instanceof ImageWriteError ? err : new ImageWriteError(`syncing ${this.target} failed: ${errorText(err)}`)));
   }
@@ -88,7 +90,7 @@ export class BlockWriter extends Writable {
   }
 
   private flushBehind(): void {
-    if (this.syncing || this.written - this.syncedUpTo < FLUSH_BEHIND) return;
+    if (!this.durable || this.syncing || this.written - this.syncedUpTo < FLUSH_BEHIND) return;
     const upTo = this.written;
     this.syncing = this.fh.datasync().then(
       () => {
