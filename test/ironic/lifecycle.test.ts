@@ -2,6 +2,7 @@
 // real Ironic with [deploy]fast_track=true: clean, deploy (raw, sha256, config drive), undeploy,
 // then qcow2 and legacy-md5 deploys.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cleanStepsRun } from './support/agent-history.ts';
 import { dirtyDisk, firstNonZero } from './support/disk-checks.ts';
 import { deploy, expectDeployed } from './support/deploy.ts';
 import { buildRawImage, toQcow2, type BuiltImage } from './support/images.ts';
@@ -33,6 +34,7 @@ describe('a real Ironic drives the agent through a node\'s life (fast track on)'
       await phase(S, 'manage', () => rig.drive('manage', [], 'manageable'));
       const node = await phase(S, 'provide (automated clean)', () => rig.drive('provide', [], 'available'));
       expect(node.last_error).toBeNull();
+      expect(await cleanStepsRun(rig)).toEqual(['erase_devices_metadata', 'erase_devices']);
       expect(await firstNonZero(rig.disk.path, DISK_BYTES), 'offset of the first byte cleaning left non-zero').toBeNull();
       // fast track keeps the agent's URL across the end of cleaning
       expect(node.driver_internal_info.agent_url).toBeTruthy();
@@ -50,6 +52,8 @@ describe('a real Ironic drives the agent through a node\'s life (fast track on)'
       const node = await phase(S, 'undeploy (+ clean)', () => rig.drive('undeploy', [], 'available'));
       expect(node.last_error).toBeNull();
       expect(await rig.lookups(), 'lookups answered by Ironic after the simulated power-off').toBeGreaterThan(before);
+      // a fresh history after the power cycle: only this cleaning's steps
+      expect(await cleanStepsRun(rig)).toEqual(['erase_devices_metadata', 'erase_devices']);
       expect(await firstNonZero(rig.disk.path, DISK_BYTES), 'offset of the first byte cleaning left non-zero').toBeNull();
     }));
 

@@ -1,6 +1,6 @@
 // One scenario's world: a real Ironic, an image server, a loop device as the node's only disk, the
 // agent as a host process looking itself up by this machine's NIC MAC, and the node enrolled for it.
-import { access, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { access, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { attachLoop, detachLoop, MiB, type LoopDevice } from '../../helpers/loop.ts';
@@ -76,14 +76,19 @@ export async function createRig(name: string, opts: RigOptions = {}): Promise<Ri
     cleanups.push(() => detachLoop(disk));
 
     const bm = new Baremetal(ironic);
-    const created = await bm.json<{ uuid: string }>([
-      'node', 'create', '--driver', 'fake-hardware', '--name', name,
-      '--deploy-interface', 'direct', '--boot-interface', 'fake', '--power-interface', 'fake',
-      '--management-interface', 'noop', '--network-interface', 'noop',
-      '--property', 'cpu_arch=x86_64', '--property', `root_device=${JSON.stringify({ name: disk.path })}`,
-    ]);
-    const uuid = created.uuid;
-    await bm.run(['port', 'create', mac, '--node', uuid]);
+    // one CLI call (`baremetal create`) enrolls the node with its port
+    const enrollment = join(dir, 'enroll.json');
+    await writeFile(enrollment, JSON.stringify({
+      nodes: [{
+        name, driver: 'fake-hardware',
+        deploy_interface: 'direct', boot_interface: 'fake', power_interface: 'fake',
+        management_interface: 'noop', network_interface: 'noop',
+        properties: { cpu_arch: 'x86_64', root_device: { name: disk.path } },
+        ports: [{ address: mac }],
+      }],
+    }));
+    await bm.run(['create', enrollment]);
+    const uuid = (await bm.node(name)).uuid;
     // fake power starts as None; fast track needs the node "on"
     await bm.run(['node', 'power', 'on', uuid]);
 

@@ -16,12 +16,13 @@ export async function waitForState(
   ctx: WaitContext,
   timeoutMs = 240_000,
 ): Promise<NodeView> {
-  const deadline = Date.now() + timeoutMs;
+  const t0 = Date.now();
+  const deadline = t0 + timeoutMs;
   const seen: string[] = [];
   for (;;) {
     const node = await bm.node(uuid);
     const label = `${node.provision_state}${node.target_provision_state ? ` -> ${node.target_provision_state}` : ''}`;
-    if (seen.at(-1) !== label) seen.push(label);
+    if (seen.at(-1)?.endsWith(` ${label}`) !== true) seen.push(`+${((Date.now() - t0) / 1000).toFixed(1)}s ${label}`);
     // a failed state keeps the target it failed to reach ("deploy failed" -> "active")
     const settled = node.target_provision_state === null || STABLE_FAILURES.has(target);
     if (node.provision_state === target && settled) return node;
