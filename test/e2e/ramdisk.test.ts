@@ -1,0 +1,195 @@
+// The built ramdisk, booted in QEMU: the agent answers through hostfwd, the serial console shows the
+// status screen, a conductor stand-in drives a whole deploy (lookup, heartbeat, write_image with a
+// config drive, power off), and the disk file holds the image and a config-2 partition afterwards.
+import { createHash } from 'node:crypto';
+import { open, readFile, truncate, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { request } from 'undici';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { buildIso, toWire } from '../helpers/configdrive.ts';
+import { FakeConductor } from '../helpers/fake-conductor.ts';
+import { startImageServer, type ImageServer } from '../helpers/image-server.ts';
+import { makeDiskImage, workDir } from '../helpers/make-image.ts';
+import { HOST_IN_GUEST, OUT, randomMac, startVm, until, type Vm } from './vm.ts';
+
+const CONDUCTOR_PORT = 6385;
+const IMAGES_PORT = 8080;
+const MiB = 1024 * 1024;
+
+let work: Awaited<ReturnType<typeof workDir>>;
+let vm: Vm | undefined;
+let conductor: FakeConductor | undefined;
+let images: ImageServer | undefined;
+
+beforeEach(async () => {
+  work = await workDir('ina-e2e-');
+});
+
+afterEach(async () => {
+  if (vm) {
+    await vm.kill();
+    const serial = vm.serial();
+    if (serial) await writeFile(join(OUT, 'last-e2e-serial.log'), serial);
+  }
+  await conductor?.close();
+  await images?.close();
+  await work.cleanup();
+  vm = conductor = images = undefined;
+});
+
+async function sparseDisk(name: string, bytes: number): Promise<string> {
+  const path = join(work.dir, name);
+  await writeFile(path, '');
+  await truncate(path, bytes);
+  return path;
+}
+
+async function readRange(path: string, start: number, length: number): Promise<Buffer> {
+  const fh = await open(path, 'r');
+  try {
+    const buf = Buffer.alloc(length);
+    await fh.read(buf, 0, length, start);
+    return buf;
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Partitions of a GPT disk file as sgdisk prints them: number, first and last sector. */
+async function partitions(disk: string): Promise<{ number: number; start: number; end: number }[]> {
+  const { stdout } = await execa('sgdisk', ['-p', disk]);
+  return [...stdout.matchAll(/^\s+(\d+)\s+(\d+)\s+(\d+)\s/gm)].map((m) => ({ number: Number(m[1]), start: Number(m[2]), end: Number(m[3]) }));
+}
+
+function report(line: string): void {
+  process.stdout.write(`[e2e] ${line}\n`);
+}
+
+async function manifestSize(): Promise<string> {
+  const m = JSON.parse(await readFile(join(OUT, 'manifest.json'), 'utf8')) as { initramfs: { bytes: number; uncompressed_bytes: number } };
+  return `${(m.initramfs.bytes / MiB).toFixed(1)} MiB zstd (${(m.initramfs.uncompressed_bytes / MiB).toFixed(1)} MiB unpacked)`;
+}
+
+describe('the ramdisk under QEMU', () => {
+  it('boots standalone: the API answers through hostfwd, the console shows the status screen, power_off stops the VM', async () => {
+    vm = await startVm({
+      disk: await sparseDisk('vda.img', 64 * MiB),
+      serialLog: join(work.dir, 'serial.log'),
+      mac: randomMac(),
+      forwards: [],
+      append: () => 'standalone=1',
+    });
+    const v = vm;
+    const status = await until(
+      'GET /v1/status',
+      async () => {
+        const r = await request(`http://127.0.0.1:${v.agentPort}/v1/status`, { headersTimeout: 2000, bodyTimeout: 2000 });
+        return r.statusCode === 200 ? ((await r.body.json()) as { version: string }) : undefined;
+      },
+      120_000,
+    );
+    report(`standalone boot -> GET /v1/status 200 in ${((Date.now() - v.startedAt) / 1000).toFixed(1)} s (${v.accel}); initramfs ${await manifestSize()}`);
+    expect(status.version).toMatch(/^\d+\.\d+\.\d+/);
+
+    await until('the status screen', async () => (/Agent\s+serving/.test(v.serial()) ? true : undefined), 60_000);
+    const serial = v.serial();
+    expect(serial).toMatch(/Conductor\s+\(none: standalone\)/);
+    expect(serial).toMatch(/Disks\s+vda 64\.0 MiB disk/);
+    expect(serial).toMatch(/Network\s+eth0 52:54:00:[0-9a-f:]{8} 10\.0\.2\.15\/24/);
+    expect(serial).toContain('[l] full log  [c] commands');
+    expect(serial).not.toContain('[s] shell');
+
+    const off = await request(`http://127.0.0.1:${v.agentPort}/v1/commands/?wait=true`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'standby.power_off', params: {} }),
+    });
+    expect(off.statusCode).toBe(200);
+    expect(((await off.body.json()) as { command_status: string }).command_status).toBe('SUCCEEDED');
+    const code = await Promise.race([v.exited, new Promise<string>((r) => setTimeout(() => r('still running'), 60_000))]);
+    expect(code, v.stderr()).toBe(0);
+  });
+
+  it('deploys from a conductor: lookup, heartbeat, write_image with a config drive, power off; the disk file holds both', async () => {
+    const mac = randomMac();
+    conductor = await FakeConductor.start();
+    const node = conductor.addNode({ macs: [mac] });
+    images = await startImageServer();
+    const img = await makeDiskImage(work.dir, { sizeMiB: 8, table: 'gpt' });
+    const imageUrl = new URL(await images.serveFile('disk.raw', img.path));
+    const guestUrl = `http://${HOST_IN_GUEST}:${IMAGES_PORT}${imageUrl.pathname}`;
+    const raw = await readFile(img.path);
+    const iso = await buildIso();
+    const disk = await sparseDisk('vda.img', 5 * 1024 * MiB);
+
+    vm = await startVm({
+      disk,
+      serialLog: join(work.dir, 'serial.log'),
+      mac,
+      forwards: [
+        { guestPort: CONDUCTOR_PORT, hostPort: Number(new URL(conductor.url).port) },
+        { guestPort: IMAGES_PORT, hostPort: Number(imageUrl.port) },
+      ],
+      append: (port) =>
+        `ipa-api-url=http://${HOST_IN_GUEST}:${CONDUCTOR_PORT} ipa-advertise-host=127.0.0.1 ipa-advertise-port=${port} ipa-debug=1`,
+    });
+    const v = vm;
+    const c = conductor;
+    await c.waitFor(() => c.heartbeats.some((h) => h.status === 202), 'a heartbeat', 180_000);
+    const firstBeat = c.heartbeats.find((h) => h.status === 202)!;
+    report(`boot -> first heartbeat ${((firstBeat.at - v.startedAt) / 1000).toFixed(1)} s (${v.accel}); initramfs ${await manifestSize()}`);
+    expect(c.lookups.length).toBeGreaterThan(0);
+
+    const agent = c.clientFor(node.uuid, { pollIntervalMs: 1000, pollAttempts: 300 });
+    const step = {
+      interface: 'deploy',
+      step: 'write_image',
+      priority: 80,
+      reboot_requested: false,
+      args: {
+        image_info: {
+          id: 'e2e-image',
+          urls: [guestUrl],
+          disk_format: 'raw',
+          container_format: 'bare',
+          stream_raw_images: true,
+          os_hash_algo: 'sha256',
+          os_hash_value: createHash('sha256').update(raw).digest('hex'),
+        },
+        configdrive: toWire(iso),
+      },
+    };
+    const started = await agent.command('deploy.execute_deploy_step', {
+      step,
+      node: { uuid: node.uuid, properties: {}, instance_info: {}, driver_internal_info: {} },
+      ports: [],
+      deploy_version: { generic_hardware_manager: '1.2' },
+    });
+    expect(started.command_status).toBe('RUNNING');
+    const done = await agent.waitForCommand('deploy.execute_deploy_step');
+    expect(done.command_error).toBeNull();
+    expect(done.command_status).toBe('SUCCEEDED');
+    expect(JSON.stringify(done.command_result)).toMatch(/written to device \/dev\/vda/);
+
+    await until('the node on the status screen', async () => (v.serial().includes(`Node        ${node.uuid}`) ? true : undefined), 60_000);
+    expect(v.serial()).toMatch(/Heartbeat\s+\d\d:\d\d:\d\d \(\d+ s ago\) ok/);
+    expect(v.serial()).toContain('[s] shell');
+    expect(v.serial()).toMatch(/"msg":"command started"/);
+
+    await agent.command('standby.power_off');
+    const code = await Promise.race([v.exited, new Promise<string>((r) => setTimeout(() => r('still running'), 120_000))]);
+    expect(code, v.stderr()).toBe(0);
+
+    const written = await readRange(disk, img.partition.start, img.partition.end - img.partition.start);
+    expect(createHash('sha256').update(written).digest('hex')).toBe(
+      createHash('sha256').update(raw.subarray(img.partition.start, img.partition.end)).digest('hex'),
+    );
+    const parts = await partitions(disk);
+    expect(parts[0]).toMatchObject({ number: 1, start: img.partition.start / 512 });
+    const labels = await Promise.all(parts.map(async (p) => (await readRange(disk, p.start * 512 + 0x8028, 32)).toString('latin1').trim()));
+    expect(labels).toContain('config-2');
+    const cd = parts[labels.indexOf('config-2')]!;
+    expect(await readRange(disk, cd.start * 512, iso.length)).toEqual(iso);
+  });
+});

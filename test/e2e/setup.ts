@@ -1,0 +1,29 @@
+// Before the e2e suite: make sure QEMU is installed (Debian's qemu-system-x86, when missing) and build
+// the ramdisk, so the test always boots what the sources say now (an unchanged build is kept as is).
+import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+
+const repo = join(import.meta.dirname, '..', '..');
+
+function hasCommand(cmd: string): boolean {
+  try {
+    execFileSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export default function setup(): void {
+  if (!hasCommand('qemu-system-x86_64')) {
+    process.stderr.write('e2e setup: installing qemu-system-x86\n');
+    const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+    execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit', env });
+    execFileSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', 'qemu-system-x86'], { stdio: 'inherit', env });
+  }
+  execFileSync('bash', [join(repo, 'image-build', 'build.sh')], { stdio: 'inherit' });
+  for (const f of ['vmlinuz', 'initramfs.img', 'manifest.json']) {
+    if (!existsSync(join(repo, 'image-build', 'out', f))) throw new Error(`e2e setup: the build made no image-build/out/${f}`);
+  }
+}
