@@ -5,6 +5,8 @@ import { openSync, closeSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join, resolve } from 'node:path';
+import { inject } from 'vitest';
+import { noteStarted } from './leftovers.ts';
 
 const REPO = resolve(import.meta.dirname, '../../..');
 
@@ -56,6 +58,7 @@ export async function startAgentProcess(opts: {
     { cwd: REPO, detached: true, stdio: ['ignore', fd, fd] },
   );
   closeSync(fd);
+  if (child.pid !== undefined) noteStarted(inject('leftoversFile'), { kind: 'agent', pid: child.pid });
   let exitedFlag = false;
   const exited = new Promise<void>((r) => child.once('exit', () => ((exitedFlag = true), r())));
   const log = () => readFile(logFile, 'utf8').catch(() => '');

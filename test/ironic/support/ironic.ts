@@ -3,6 +3,8 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
+import { inject } from 'vitest';
+import { noteStarted } from './leftovers.ts';
 
 const SCRIPTS = resolve(import.meta.dirname, '../../../scripts/ironic-standalone');
 
@@ -37,6 +39,7 @@ export async function startIronic(opts: IronicOptions = {}): Promise<RunningIron
     await rm(runDir, { recursive: true, force: true });
     throw new Error(`scripts/ironic-standalone/start.sh failed (exit ${started.exitCode}):\n${started.stderr}`);
   }
+  noteStarted(inject('leftoversFile'), { kind: 'ironic', runDir });
   const url = started.stdout.trim();
   const logOf = (name: string) => () => readFile(join(runDir, 'log', name), 'utf8').catch(() => '');
   return {

@@ -3,9 +3,11 @@
 import { access, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { inject } from 'vitest';
 import { attachLoop, detachLoop, MiB, type LoopDevice } from '../../helpers/loop.ts';
 import { startAgentProcess, type AgentProcess } from './agent-process.ts';
 import { Baremetal, type NodeView } from './baremetal.ts';
+import { noteStarted } from './leftovers.ts';
 import { startImageServer, type ImageServer } from './image-server.ts';
 import { startIronic, type IronicOptions, type RunningIronic } from './ironic.ts';
 import { waitForState } from './wait-state.ts';
@@ -69,10 +71,12 @@ export async function createRig(name: string, opts: RigOptions = {}): Promise<Ri
     const ironic = await startIronic(opts.ironic);
     cleanups.push(() => ironic.stop());
     const dir = await mkdtemp(join(tmpdir(), `ina-${name}-`));
+    noteStarted(inject('leftoversFile'), { kind: 'dir', path: dir });
     cleanups.push(() => rm(dir, { recursive: true, force: true }));
     const images = await startImageServer(dir);
     cleanups.push(() => images.close());
     const disk = await attachLoop(DISK_BYTES);
+    noteStarted(inject('leftoversFile'), { kind: 'loop', dev: disk.path, file: disk.file });
     cleanups.push(() => detachLoop(disk));
 
     const bm = new Baremetal(ironic);
