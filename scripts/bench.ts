@@ -1,7 +1,8 @@
 // `npm run bench`: how fast the agent deploys compared with the plain tools, on this machine. One raw
 // image (BENCH_SIZE, default 2G) served over loopback HTTP, written to a sparse loop device, each case
 // BENCH_REPS times (default 3); prints the medians, the ratios to the baselines, and the agent's peak
-// RSS while streaming. The agent runs as its own process, standalone, limited to the loop device; its
+// RSS while streaming. The agent runs as its own process (bundled as in the ramdisk), standalone, limited
+// to the loop device; its
 // time is from the POST to the final result, follow-up commands included. Not a test: no pass/fail.
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
@@ -56,12 +57,27 @@ const sh = (script: string) => () => execa('sh', ['-c', script]).then(() => unde
 
 interface AgentRun {
   seconds: number;
+  idleRssBytes: number;
   peakRssBytes: number;
 }
 
+async function rss(pid: number, field: 'VmRSS' | 'VmHWM'): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+  return Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0) * 1024;
+}
+
+/** The agent as the ramdisk ships it: one esbuild bundle run by plain node (no TypeScript loader). */
+async function bundleAgent(out: string): Promise<void> {
+  const banner = "import { createRequire as __inaRequire } from 'node:module'; const require = __inaRequire(import.meta.url);";
+  await execa('npx', ['--no-install', 'esbuild', 'agent/main.ts', '--bundle', '--platform=node', '--format=esm', '--target=node20',
+    '--define:__AGENT_VERSION__="bench"', `--banner:js=${banner}`, '--log-level=warning', `--outfile=${out}`], { cwd: root });
+}
+
+let agentBundle = '';
+
 /** One deploy by a fresh agent process; returns its time and the process's peak RSS. */
 async function agentDeploy(device: string, bufferDir: string, imageInfo: Record<string, unknown>): Promise<AgentRun> {
-  const child = execa('node', ['--import', 'tsx', join(root, 'agent/main.ts'), '--standalone', '--kernel-cmdline=/dev/null',
+  const child = execa('node', [agentBundle, '--standalone', '--kernel-cmdline=/dev/null',
     '--ipa-listen-host=127.0.0.1', '--ipa-listen-port=0', `--device-allowlist=${device}`, `--ipa-image-buffer-dir=${bufferDir}`],
   { cwd: root, reject: false, buffer: false });
   try {
@@ -71,6 +87,7 @@ async function agentDeploy(device: string, bufferDir: string, imageInfo: Record<
       });
       void child.then(() => reject(new Error('agent exited')));
     });
+    const idleRssBytes = await rss(child.pid!, 'VmRSS');
     let seconds = 0;
     await execa('sync');
     const start = process.hrtime.bigint();
@@ -82,9 +99,7 @@ async function agentDeploy(device: string, bufferDir: string, imageInfo: Record<
     }
     seconds = Number(process.hrtime.bigint() - start) / 1e9;
     if (cmd.command_status !== 'SUCCEEDED') throw new Error(`agent deploy failed: ${JSON.stringify(cmd.command_error)}`);
-    const status = await readFile(`/proc/${child.pid}/status`, 'utf8');
-    const peakRssBytes = Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
-    return { seconds, peakRssBytes };
+    return { seconds, idleRssBytes, peakRssBytes: await rss(child.pid!, 'VmHWM') };
   } finally {
     child.kill('SIGTERM');
     await child;
@@ -106,6 +121,9 @@ async function main(): Promise<void> {
     const zst = await compress(raw, 'zstd');
     const qcow2 = await toQcow2(raw);
     const digests = { raw256: await sha(raw, 'sha256'), rawMd5: await sha(raw, 'md5'), gz: await sha(gz, 'sha256'), zst: await sha(zst, 'sha256'), qcow2: await sha(qcow2, 'sha256') };
+
+    agentBundle = join(work.dir, 'agent.mjs');
+    await bundleAgent(agentBundle);
 
     // At least 4 GiB so that the agent chooses it without root device hints; sparse, so it costs nothing.
     loop = await attachLoop(Math.max(SIZE + 64 * MiB, 4 * GiB + 64 * MiB));
@@ -136,12 +154,16 @@ async function main(): Promise<void> {
     ];
 
     const seconds = new Map<string, number[]>();
-    const rss: number[] = [];
+    const peaks: number[] = [];
+    const idles: number[] = [];
     for (let rep = 1; rep <= REPS; rep++) {
       for (const c of cases) {
         const out = await c.run();
         const s = typeof out === 'number' ? out : out.seconds;
-        if (typeof out !== 'number' && c.name.startsWith('agent raw')) rss.push(out.peakRssBytes);
+        if (typeof out !== 'number' && c.name.startsWith('agent raw')) {
+          peaks.push(out.peakRssBytes);
+          idles.push(out.idleRssBytes);
+        }
         seconds.set(c.name, [...(seconds.get(c.name) ?? []), s]);
         console.log(`  rep ${rep}  ${c.name.padEnd(30)} ${s.toFixed(2)} s`);
       }
@@ -159,7 +181,8 @@ async function main(): Promise<void> {
     ratio('agent gzip', 'curl | gzip -dc | dd', 1.05);
     ratio('agent zstd', 'curl | zstd -dc | dd', 1.05);
     ratio('agent qcow2', 'curl > f && qemu-img convert', 1.05);
-    console.log(`\nAgent peak RSS while streaming raw: ${(Math.max(...rss) / MiB).toFixed(0)} MiB (target ≤ 120 MB)`);
+    const mib = (b: number) => (b / MiB).toFixed(0);
+    console.log(`\nAgent peak RSS while streaming raw: ${mib(Math.max(...peaks))} MiB (target ≤ 120 MB); idle before the deploy: ${mib(Math.max(...idles))} MiB (the esbuild bundle the ramdisk runs)`);
   } finally {
     await server?.close();
     if (loop) await detachLoop(loop);
