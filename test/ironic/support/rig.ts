@@ -132,7 +132,8 @@ export async function waitForHeartbeat(rig: Rig, timeoutMs = 60_000): Promise<No
   for (;;) {
     const node = await rig.node();
     if (node.driver_internal_info.agent_last_heartbeat && node.driver_internal_info.agent_url) return node;
-    if (rig.agent.exited() || Date.now() > deadline) {
+    if (rig.agent.exited()) throw new Error(`the agent process exited before it heartbeated to Ironic\n${await rig.explain()}`);
+    if (Date.now() > deadline) {
       throw new Error(`the agent never heartbeated to Ironic within ${timeoutMs / 1000} s\n${await rig.explain()}`);
     }
     await new Promise((r) => setTimeout(r, 500));
