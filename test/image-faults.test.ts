@@ -138,6 +138,15 @@ describe('image download faults', () => {
     expect(r.command_error!.details).toMatch(/timeout/i);
   });
 
+  it('gives up with ImageDownloadTimeoutError (408) when ipa-image-download-max-duration passes, even mid-stall', async () => {
+    const s = await server();
+    const url = s.serve('img', image);
+    s.fault('img', { kind: 'stall-after', bytes: 512 * 1024 });
+    const r = await deploy([url], {}, { 'ipa-image-download-connection-timeout': '30', 'ipa-image-download-max-duration': '1' });
+    expect(r.command_status).toBe('FAILED');
+    expect(r.command_error).toMatchObject({ type: 'ImageDownloadTimeoutError', code: 408 });
+  });
+
   it('goes through the proxy image_info names, and not when no_proxy covers the host', async () => {
     const s = await server();
     const url = s.serve('img', image);

@@ -102,6 +102,22 @@ describe('refused before the device is written', () => {
     }
   });
 
+  it('a config drive that does not decode, before the image is fetched', async () => {
+    const name = 'cd-check.raw';
+    const url = await server.serveFile(name, small.path);
+    const agent = await startImageAgent(loop.path);
+    try {
+      const r = await runToEnd(agent.url, 'standby.prepare_image', {
+        image_info: { id: name, urls: [url], disk_format: 'raw', stream_raw_images: true, os_hash_algo: 'sha256', os_hash_value: await sha256Of(small.path) },
+        configdrive: 'this is not base64 of a config drive!',
+      });
+      await expectRefused(r, 'ConfigDriveError', /not base64/);
+      expect(server.requests.some((q) => q.path === name)).toBe(false);
+    } finally {
+      await agent.close();
+    }
+  });
+
   it('an md5 checksum when md5 is disabled', async () => {
     const md5 = createHash('md5').update(await readFile(small.path)).digest('hex');
     const r = await deployFile(small.path, { disk_format: 'raw', stream_raw_images: true, os_hash_algo: undefined, os_hash_value: undefined, checksum: md5 }, { 'ipa-md5-enabled': 'false' });

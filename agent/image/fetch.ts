@@ -50,10 +50,15 @@ async function drain(res: Response): Promise<string> {
 }
 
 export class ImageFetcher {
+  /** Aborts whatever is in flight when the overall deadline passes, stalled transfers included. */
+  private readonly signal?: AbortSignal;
+
   constructor(
     private readonly dispatchers: Dispatchers,
     private readonly policy: FetchPolicy,
-  ) {}
+  ) {
+    if (policy.deadline > 0) this.signal = AbortSignal.timeout(Math.max(1, policy.deadline - Date.now()));
+  }
 
   private checkDeadline(): void {
     if (this.policy.deadline > 0 && Date.now() > this.policy.deadline) {
@@ -64,7 +69,7 @@ export class ImageFetcher {
   private async get(url: string, extra: Record<string, string> = {}): Promise<Response> {
     const headers: Record<string, string> = { 'accept-encoding': 'identity', ...extra };
     if (this.policy.authorization) headers.authorization = this.policy.authorization;
-    return request(url, { method: 'GET', headers, dispatcher: this.dispatchers.for(new URL(url)) });
+    return request(url, { method: 'GET', headers, dispatcher: this.dispatchers.for(new URL(url)), signal: this.signal });
   }
 
   /**
@@ -81,6 +86,7 @@ export class ImageFetcher {
         try {
           res = await this.get(url);
         } catch (err) {
+          this.checkDeadline();
           failures.push(`${url}: ${errorText(err)}`);
           this.policy.log.warn({ url, attempt, err: errorText(err) }, `${what} request failed`);
           continue;
@@ -102,13 +108,19 @@ export class ImageFetcher {
     const { res } = await this.firstResponse([url], what);
     const chunks: Buffer[] = [];
     let size = 0;
-    for await (const chunk of res.body) {
-      size += (chunk as Buffer).length;
-      if (size > 1024 * 1024) {
-        res.body.destroy();
-        throw new ImageDownloadFatalError(`${what} from ${url} is larger than 1 MiB`);
+    try {
+      for await (const chunk of res.body) {
+        size += (chunk as Buffer).length;
+        if (size > 1024 * 1024) {
+          res.body.destroy();
+          throw new ImageDownloadFatalError(`${what} from ${url} is larger than 1 MiB`);
+        }
+        chunks.push(chunk as Buffer);
       }
-      chunks.push(chunk as Buffer);
+    } catch (err) {
+      this.checkDeadline();
+      if (err instanceof ImageDownloadError) throw err;
+      throw new ImageDownloadError(`${what} from ${url} broke: ${errorText(err)}`);
     }
     return Buffer.concat(chunks).toString('utf8');
   }
@@ -146,6 +158,7 @@ export class ImageFetcher {
         return;
       } catch (err) {
         if (err instanceof ImageDownloadTimeoutError) throw err;
+        this.checkDeadline();
         res.body.destroy();
         const why = `download from ${url} broke at byte ${offset}: ${errorText(err)}`;
         if (!resumable) throw new ImageDownloadError(`${why}; the server does not support resuming`);
@@ -161,6 +174,7 @@ export class ImageFetcher {
    */
   private async resume(url: string, offset: number, validator: string, why: string, breaks: number): Promise<{ res: Response; breaks: number }> {
     for (;;) {
+      this.checkDeadline();
       if (++breaks > this.policy.retries) throw new ImageDownloadError(`${why}; gave up after ${breaks - 1} resume attempts`);
       await sleep(this.policy.retryIntervalMs);
       this.checkDeadline();
