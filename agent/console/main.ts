@@ -34,11 +34,20 @@ function readShellAllowed(cmdlinePath: string): boolean {
   return on('ipa-debug') || on('ina-console-shell');
 }
 
+// lsblk is a process start per look, which a CPU under emulation feels; disks change rarely.
+const DISKS_EVERY_MS = 10_000;
+let diskCache: { at: number; value: Awaited<ReturnType<typeof readDisks>> } | undefined;
+
+async function currentDisks(): Promise<Awaited<ReturnType<typeof readDisks>>> {
+  if (!diskCache || Date.now() - diskCache.at > DISKS_EVERY_MS) diskCache = { at: Date.now(), value: await readDisks() };
+  return diskCache.value;
+}
+
 async function gather(logLines: number): Promise<ConsoleInput> {
   const [status, nics, disks, lines, agentStarts] = await Promise.all([
     readStatus(statusPath),
     readNics(),
-    readDisks(),
+    currentDisks(),
     tailLines(logPath, logLines),
     countLines(startsPath),
   ]);
@@ -124,6 +133,7 @@ function onKey(data: Buffer): void {
       if (shellAllowed) void openShell();
       return;
     case 'refresh':
+      diskCache = undefined;
       break;
     case null:
       return;
