@@ -7,11 +7,8 @@ export interface NodeView {
   uuid: string;
   provision_state: string;
   target_provision_state: string | null;
-  power_state: string | null;
   last_error: string | null;
-  maintenance: boolean;
   driver_internal_info: Record<string, unknown>;
-  instance_info: Record<string, unknown>;
 }
 
 export class Baremetal {
@@ -22,10 +19,6 @@ export class Baremetal {
     const r = await execa('baremetal', args, { env: this.ironic.cliEnv, reject: false });
     if (r.exitCode !== 0) throw new Error(`baremetal ${args.join(' ')} failed (exit ${r.exitCode}): ${r.stderr.trim()}`);
     return r.stdout;
-  }
-
-  async json<T>(args: readonly string[]): Promise<T> {
-    return JSON.parse(await this.run([...args, '-f', 'json'])) as T;
   }
 
   async node(ident: string): Promise<NodeView> {

@@ -71,8 +71,11 @@ export async function createRig(name: string, opts: RigOptions = {}): Promise<Ri
     const ironic = await startIronic(opts.ironic);
     cleanups.push(() => ironic.stop());
     const dir = await mkdtemp(join(tmpdir(), `ina-${name}-`));
-    noteStarted(inject('leftoversFile'), { kind: 'dir', path: dir });
-    cleanups.push(() => rm(dir, { recursive: true, force: true }));
+    // INA_KEEP_IRONIC_RUN keeps the agent's full log (here) next to Ironic's run directory
+    if (!process.env.INA_KEEP_IRONIC_RUN) {
+      noteStarted(inject('leftoversFile'), { kind: 'dir', path: dir });
+      cleanups.push(() => rm(dir, { recursive: true, force: true }));
+    }
     const images = await startImageServer(dir);
     cleanups.push(() => images.close());
     const disk = await attachLoop(DISK_BYTES);
