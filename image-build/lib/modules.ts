@@ -18,13 +18,29 @@ function indexModules(dir: string): Map<string, string> {
   return out;
 }
 
-function dependsOf(ko: string): string[] {
+/** Every `key=value` of the module's .modinfo with this key (entries are NUL-separated strings). */
+function modinfo(ko: string, key: string): string[] {
   const bytes = readFileSync(ko);
-  const at = bytes.indexOf('\0depends=');
-  if (at < 0) return [];
-  const end = bytes.indexOf(0, at + 1);
-  const value = bytes.subarray(at + 9, end).toString();
+  const needle = Buffer.from(`\0${key}=`);
+  const out: string[] = [];
+  for (let at = bytes.indexOf(needle); at >= 0; at = bytes.indexOf(needle, at + 1)) {
+    const end = bytes.indexOf(0, at + 1);
+    out.push(bytes.subarray(at + needle.length, end).toString());
+  }
+  return out;
+}
+
+function dependsOf(ko: string): string[] {
+  const value = modinfo(ko, 'depends')[0];
   return value ? value.split(',').map(norm) : [];
+}
+
+/** modules.alias lines (`alias <pattern> <module>`), which let modprobe load drivers by modalias. */
+export function aliasLines(moduleDir: string, paths: readonly string[]): string[] {
+  return paths.flatMap((p) => {
+    const name = norm(p.split('/').pop()!.replace(/\.ko$/, ''));
+    return [...new Set(modinfo(join(moduleDir, p), 'alias'))].map((a) => `alias ${a} ${name}`);
+  });
 }
 
 /**
