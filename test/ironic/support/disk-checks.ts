@@ -4,7 +4,7 @@ import { open, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { MARKER_PATH, ROOT_SIZE, ROOT_START, type BuiltImage } from './images.ts';
+import { MARKER_PATH, type BuiltImage } from './images.ts';
 
 const MiB = 1024 * 1024;
 
@@ -70,8 +70,9 @@ async function extract(dev: string, p: DiskPartition, dir: string, name: string)
 
 /** The image's payload (its root partition) is on the disk byte for byte, and its marker file is readable. */
 export async function imagePayloadOnDisk(dev: string, raw: BuiltImage): Promise<{ bytesMatch: boolean; marker: string }> {
-  const onDisk = await readRange(dev, ROOT_START, ROOT_SIZE);
-  const expected = await readRange(raw.file, ROOT_START, ROOT_SIZE);
+  const { start, end } = raw.root;
+  const onDisk = await readRange(dev, start, end - start);
+  const expected = await readRange(raw.file, start, end - start);
   const dir = await mkdtemp(join(tmpdir(), 'ina-root-'));
   try {
     const fs = join(dir, 'root.ext4');
