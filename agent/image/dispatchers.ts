@@ -60,7 +60,7 @@ export class Dispatchers {
     return proxy && !bypassesProxy(url, this.opts.noProxy) ? proxy : undefined;
   }
 
-  for(url: URL): Dispatcher {
+  forUrl(url: URL): Dispatcher {
     const proxy = this.proxyFor(url);
     const key = proxy ? `${url.protocol}${proxy}` : 'direct';
     let d = this.cache.get(key);

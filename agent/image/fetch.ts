@@ -69,7 +69,7 @@ export class ImageFetcher {
   private async get(url: string, extra: Record<string, string> = {}): Promise<Response> {
     const headers: Record<string, string> = { 'accept-encoding': 'identity', ...extra };
     if (this.policy.authorization) headers.authorization = this.policy.authorization;
-    return request(url, { method: 'GET', headers, dispatcher: this.dispatchers.for(new URL(url)), signal: this.signal });
+    return request(url, { method: 'GET', headers, dispatcher: this.dispatchers.forUrl(new URL(url)), signal: this.signal });
   }
 
   /**

@@ -46,7 +46,7 @@ export interface PrepareRequest {
 
 export async function prepareImage(ctx: CommandContext, req: PrepareRequest): Promise<string> {
   const { info } = req;
-  const log = ctx.log.child({ image: info.id });
+  const log = ctx.log.child({ image: info.id, node: info.nodeUuid });
   const services = { ...ctx, log };
   const meter = new ProgressMeter((r: ProgressReport) => ctx.progress(r), log);
 
