@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { keyAction } from '../agent/console/keys.ts';
+import { keyAction, splitKeys } from '../agent/console/keys.ts';
 
 describe('console keys', () => {
   it('maps letters and terminal escape sequences to actions', () => {
@@ -18,5 +18,13 @@ describe('console keys', () => {
     expect(keyAction('\x03')).toBeNull();
     expect(keyAction('x')).toBeNull();
     expect(keyAction('ls\r')).toBeNull();
+  });
+
+  it('splits one read into keys, escape sequences kept whole', () => {
+    expect(splitKeys('qs')).toEqual(['q', 's']);
+    expect(splitKeys('\x1b[A\x1b[Bl')).toEqual(['\x1b[A', '\x1b[B', 'l']);
+    expect(splitKeys('\x1b[5~c')).toEqual(['\x1b[5~', 'c']);
+    expect(splitKeys('\x1b')).toEqual(['\x1b']);
+    expect(splitKeys('')).toEqual([]);
   });
 });

@@ -26,3 +26,8 @@ const TABLE: Record<string, KeyAction> = {
 export function keyAction(input: string): KeyAction {
   return TABLE[input] ?? null;
 }
+
+/** One read from the terminal can hold several keys (typed fast, pasted, or sent by a program). */
+export function splitKeys(input: string): string[] {
+  return input.match(/\x1b\[[0-9;]*[~A-Za-z]|[^]/g) ?? [];
+}

@@ -7,7 +7,7 @@ import { ParamReader } from '../config/reader.ts';
 import { parseFlags, parseKernelCmdline } from '../config/sources.ts';
 import { spawnTool } from '../exec.ts';
 import { countLines, readDisks, readNics, readStatus, tailLines } from './inputs.ts';
-import { keyAction } from './keys.ts';
+import { keyAction, splitKeys } from './keys.ts';
 import { commandsBody, logBody, renderPage, renderStatus, type ConsoleInput, type ScreenSize } from './screen.ts';
 
 const flags = parseFlags(process.argv.slice(2));
@@ -102,10 +102,14 @@ async function openShell(): Promise<void> {
   redraw(true);
 }
 
-function onKey(data: Buffer): void {
+function onInput(data: Buffer): void {
+  for (const key of splitKeys(data.toString('latin1'))) onKey(key);
+}
+
+function onKey(key: string): void {
   if (inShell) return;
   const pageRows = Math.max(1, size().height - 3);
-  switch (keyAction(data.toString('latin1'))) {
+  switch (keyAction(key)) {
     case 'log':
       page = 'log';
       offset = 0;
@@ -146,7 +150,7 @@ if (flags.has('once')) {
   process.stdout.write(renderStatus(input, size()).join('\n') + '\n');
 } else {
   setRaw(true);
-  process.stdin.on('data', onKey);
+  process.stdin.on('data', onInput);
   process.on('SIGTERM', () => {
     setRaw(false);
     process.exit(0);

@@ -72,33 +72,52 @@ async function manifestSize(): Promise<string> {
 }
 
 describe('the ramdisk under QEMU', () => {
-  it('boots standalone: the API answers through hostfwd, the console shows the status screen, power_off stops the VM', async () => {
+  it('boots standalone: the API answers through hostfwd, the console shows its pages and a shell, init restarts a killed agent, power_off stops the VM', async () => {
     vm = await startVm({
       disk: await sparseDisk('vda.img', 64 * MiB),
       serialLog: join(work.dir, 'serial.log'),
       mac: randomMac(),
       forwards: [],
-      append: () => 'standalone=1',
+      append: () => 'standalone=1 ina-console-shell=1',
     });
     const v = vm;
-    const status = await until(
-      'GET /v1/status',
-      async () => {
-        const r = await request(`http://127.0.0.1:${v.agentPort}/v1/status`, { headersTimeout: 2000, bodyTimeout: 2000 });
-        return r.statusCode === 200 ? ((await r.body.json()) as { version: string }) : undefined;
-      },
-      120_000,
-    );
+    const getStatus = async () => {
+      const r = await request(`http://127.0.0.1:${v.agentPort}/v1/status`, { headersTimeout: 2000, bodyTimeout: 2000 });
+      return r.statusCode === 200 ? ((await r.body.json()) as { version: string; started_at: number }) : undefined;
+    };
+    const status = await until('GET /v1/status', getStatus, 120_000);
     report(`standalone boot -> GET /v1/status 200 in ${((Date.now() - v.startedAt) / 1000).toFixed(1)} s (${v.accel}); initramfs ${await manifestSize()}`);
     expect(status.version).toMatch(/^\d+\.\d+\.\d+/);
 
-    await until('the status screen', async () => (/Agent\s+serving/.test(v.serial()) ? true : undefined), 60_000);
-    const serial = v.serial();
-    expect(serial).toMatch(/Conductor\s+\(none: standalone\)/);
-    expect(serial).toMatch(/Disks\s+vda 64\.0 MiB disk/);
-    expect(serial).toMatch(/Network\s+eth0 52:54:00:[0-9a-f:]{8} 10\.0\.2\.15\/24/);
-    expect(serial).toContain('[l] full log  [c] commands');
-    expect(serial).not.toContain('[s] shell');
+    const seen = (re: RegExp, from = 0) => until(`${re} on the console`, async () => (re.test(v.serial().slice(from)) ? true : undefined), 60_000);
+    await seen(/Agent\s+serving/);
+    const screen = v.serial();
+    expect(screen).toMatch(/Conductor\s+\(none: standalone\)/);
+    expect(screen).toMatch(/Disks\s+vda 64\.0 MiB disk/);
+    expect(screen).toMatch(/Network\s+eth0 52:54:00:[0-9a-f:]{8} 10\.0\.2\.15\/24/);
+    expect(screen).toContain('[l] full log  [c] commands  [s] shell');
+
+    let mark = v.serial().length;
+    await v.type('l');
+    await seen(/Agent log \(lines \d+-\d+ of \d+\)[^]*agent API listening/, mark);
+    mark = v.serial().length;
+    await v.type('c');
+    await seen(/Commands \(lines 1-1 of 1\)[^]*no commands yet/, mark);
+    await v.type('q');
+
+    // The shell: prove it runs commands, then kill the agent from it; busybox init must start it again.
+    mark = v.serial().length;
+    await v.type('s');
+    await seen(/\[console\] shell/, mark);
+    await v.type('echo shell-$((6*7))\r');
+    await seen(/shell-42/, mark);
+    await v.type('for p in /proc/[0-9]*; do grep -q agent.mjs $p/cmdline 2>/dev/null && kill ${p#/proc/}; done; exit\r');
+    const again = await until('the restarted agent', async () => {
+      const s = await getStatus();
+      return s && s.started_at > status.started_at ? s : undefined;
+    }, 120_000);
+    expect(again.version).toBe(status.version);
+    await seen(/Agent\s+serving, up \d+ s, restarted 1x/, mark);
 
     const off = await request(`http://127.0.0.1:${v.agentPort}/v1/commands/?wait=true`, {
       method: 'POST',

@@ -4,7 +4,7 @@
 // loaded (kvm_intel/kvm_amd); elsewhere TCG.
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { createServer, type AddressInfo } from 'node:net';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 
 const repo = join(import.meta.dirname, '..', '..');
@@ -36,7 +36,10 @@ export interface Vm {
   startedAt: number;
   /** Resolves with QEMU's exit code when the VM powers off (or QEMU fails). */
   exited: Promise<number | null>;
+  /** Everything the serial console printed so far. */
   serial(): string;
+  /** Types on the serial console. */
+  type(text: string): Promise<void>;
   stderr(): string;
   kill(): Promise<void>;
 }
@@ -71,7 +74,8 @@ export async function startVm(o: VmOptions): Promise<Vm> {
   ].join(',');
   const args = [
     '-accel', accel, '-cpu', accel === 'kvm' ? 'host' : 'max', '-m', String(o.memoryMiB ?? 1536), '-smp', '1',
-    '-nographic', '-no-reboot', '-monitor', 'none', '-serial', `file:${o.serialLog}`,
+    '-nographic', '-no-reboot', '-monitor', 'none',
+    '-chardev', `socket,id=s0,path=${o.serialLog}.sock,server=on,wait=off,logfile=${o.serialLog}`, '-serial', 'chardev:s0',
     '-kernel', kernel, '-initrd', join(OUT, 'initramfs.img'),
     '-append', `console=ttyS0 panic=-1 quiet loglevel=3 ${o.append(agentPort)}`,
     '-drive', `file=${o.disk},if=none,id=d0,format=raw,cache=unsafe`,
@@ -90,12 +94,27 @@ export async function startVm(o: VmOptions): Promise<Vm> {
       resolve(null);
     });
   });
+  let tty: Promise<Socket> | undefined;
+  const ttySocket = () =>
+    (tty ??= until('the serial socket', async () => {
+      const sock = connect(`${o.serialLog}.sock`);
+      await new Promise<void>((resolve, reject) => sock.once('connect', resolve).once('error', reject));
+      sock.on('data', () => undefined);
+      return sock;
+    }, 10_000, 50));
+  void exited.then(async () => (await tty?.catch(() => undefined))?.destroy());
+  // Connected from the start, so the console sees a reader (the log file records everything anyway).
+  void ttySocket().catch(() => undefined);
   return {
     agentPort,
     accel,
     startedAt,
     exited,
     serial: () => (existsSync(o.serialLog) ? readFileSync(o.serialLog, 'latin1') : ''),
+    type: async (text) => {
+      const sock = await ttySocket();
+      await new Promise<void>((resolve, reject) => sock.write(text, (err) => (err ? reject(err) : resolve())));
+    },
     stderr: () => stderr,
     kill: async () => {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
