@@ -10,7 +10,7 @@ export class Rootfs {
   dir(path: string, mode = 0o755): void {
     const parent = posix.dirname(path);
     if (parent !== '/' && !this.entries.has(parent)) this.dir(parent);
-    if (!this.entries.has(path)) this.entries.set(path, { kind: 'dir', path, mode, origin: 'skeleton', bytes: 0 });
+    if (!this.entries.has(path)) this.entries.set(path, { kind: 'dir', path, mode, origin: 'ironic-node-agent', bytes: 0 });
   }
 
   private parent(path: string): void {
@@ -22,14 +22,14 @@ export class Rootfs {
     return this.entries.has(path);
   }
 
-  symlink(path: string, target: string, origin = 'skeleton'): void {
+  symlink(path: string, target: string, origin = 'ironic-node-agent'): void {
     this.parent(path);
     this.entries.set(path, { kind: 'symlink', path, target, origin, bytes: target.length });
   }
 
   chardev(path: string, mode: number, major: number, minor: number): void {
     this.parent(path);
-    this.entries.set(path, { kind: 'chardev', path, mode, major, minor, origin: 'skeleton', bytes: 0 });
+    this.entries.set(path, { kind: 'chardev', path, mode, major, minor, origin: 'ironic-node-agent', bytes: 0 });
   }
 
   /** Copies a host file (symlinks followed) to `path`; the mode keeps only permission bits. */
