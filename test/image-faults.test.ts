@@ -4,9 +4,10 @@ import { createHash } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { attachLoop, detachLoop, MiB, type LoopDevice } from './helpers/loop.ts';
 import { isPainted, paint, readDevice, runToEnd, startImageAgent } from './helpers/image-agent.ts';
-import { startImageServer, startProxy, type ImageServer } from './helpers/image-server.ts';
+import { selfSignedCert, startImageServer, startProxy, type ImageServer } from './helpers/image-server.ts';
 import { makeDiskImage, workDir } from './helpers/make-image.ts';
 import { readFile } from 'node:fs/promises';
+import { execa } from 'execa';
 
 let loop: LoopDevice;
 let image: Buffer;
@@ -30,7 +31,7 @@ afterAll(async () => {
   await work.cleanup();
 });
 
-async function server(opts: { ranges?: boolean; etag?: boolean } = {}): Promise<ImageServer> {
+async function server(opts: Parameters<typeof startImageServer>[0] = {}): Promise<ImageServer> {
   const s = await startImageServer(opts);
   servers.push(s);
   return s;
@@ -161,6 +162,23 @@ describe('image download faults', () => {
     const direct = await deploy([url], { proxies: { http: 'http://127.0.0.1:9' }, no_proxy: 'example.org,127.0.0.1' });
     expect(direct.command_error).toBeNull();
     expect(proxy.seen.length).toBe(1);
+  });
+
+  it('verifies HTTPS servers: refused when untrusted, accepted with ipa-cafile or ipa-insecure', async (ctx) => {
+    if ((await execa('openssl', ['version'], { reject: false })).exitCode !== 0) {
+      console.warn('skipped: openssl is not installed, so no test certificate can be made');
+      ctx.skip();
+    }
+    const tls = await selfSignedCert(work.dir);
+    const s = await server({ tls });
+    const url = s.serve('img', image);
+    expect(url.startsWith('https://')).toBe(true);
+    const untrusted = await deploy([url], {}, { 'ipa-image-download-connection-retries': '0' });
+    expect(untrusted.command_status).toBe('FAILED');
+    expect(untrusted.command_error!.details).toMatch(/certificate/i);
+    expect((await deploy([url], {}, { 'ipa-cafile': tls.certFile })).command_error).toBeNull();
+    expect((await deploy([url], {}, { 'ipa-insecure': 'true' })).command_error).toBeNull();
+    await expectImageOnDisk();
   });
 
   it('sends the Authorization header image_info carries', async () => {

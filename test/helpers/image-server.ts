@@ -2,9 +2,11 @@
 // ranges on or off, ETag on or off, closing or stalling mid-stream, 404, errors before success. Also a
 // forward proxy (absolute-URI requests and CONNECT) that records what went through it.
 import { createReadStream } from 'node:fs';
-import { stat } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
 import { connect, type AddressInfo, type Socket } from 'node:net';
+import { execa } from 'execa';
 
 export type Fault =
   /** Send this many bytes of the body, then drop the connection. */
@@ -26,6 +28,8 @@ interface Served {
 export interface ServerOptions {
   ranges?: boolean;
   etag?: boolean;
+  /** Serve HTTPS with this key and certificate (PEM). */
+  tls?: { key: string; cert: string };
 }
 
 export interface RequestLog {
@@ -44,7 +48,7 @@ export class ImageServer {
 
   constructor(
     private readonly server: Server,
-    readonly options: Required<ServerOptions>,
+    readonly options: Required<Omit<ServerOptions, 'tls'>>,
   ) {
     server.on('connection', (s) => {
       this.sockets.add(s);
@@ -124,17 +128,26 @@ export class ImageServer {
   }
 }
 
-async function listen(server: Server): Promise<string> {
+async function listen(server: Server, scheme = 'http'): Promise<string> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return `${scheme}://127.0.0.1:${(server.address() as AddressInfo).port}`;
 }
 
 export async function startImageServer(options: ServerOptions = {}): Promise<ImageServer> {
-  const server = createServer();
+  const server = options.tls ? createTlsServer(options.tls) : createServer();
   const s = new ImageServer(server, { ranges: options.ranges ?? true, etag: options.etag ?? true });
   server.on('request', (req, res) => s.handle(req, res));
-  s.base = await listen(server);
+  s.base = await listen(server, options.tls ? 'https' : 'http');
   return s;
+}
+
+/** A self-signed certificate for 127.0.0.1, made with openssl in `dir`. */
+export async function selfSignedCert(dir: string): Promise<{ key: string; cert: string; certFile: string }> {
+  const keyFile = `${dir}/key.pem`;
+  const certFile = `${dir}/cert.pem`;
+  await execa('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1',
+    '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1', '-keyout', keyFile, '-out', certFile]);
+  return { key: await readFile(keyFile, 'utf8'), cert: await readFile(certFile, 'utf8'), certFile };
 }
 
 export interface Proxy {
