@@ -21,6 +21,8 @@ let work: Awaited<ReturnType<typeof workDir>>;
 let vm: Vm | undefined;
 let conductor: FakeConductor | undefined;
 let images: ImageServer | undefined;
+/** Each boot's serial output is kept as image-build/out/e2e-serial-<n>.log, in test order. */
+let bootCount = 0;
 
 beforeEach(async () => {
   work = await workDir('ina-e2e-');
@@ -30,7 +32,7 @@ afterEach(async () => {
   if (vm) {
     await vm.kill();
     const serial = vm.serial();
-    if (serial) await writeFile(join(OUT, 'last-e2e-serial.log'), serial);
+    if (serial) await writeFile(join(OUT, `e2e-serial-${++bootCount}.log`), serial);
   }
   await conductor?.close();
   await images?.close();
@@ -72,13 +74,13 @@ async function manifestSize(): Promise<string> {
 }
 
 describe('the ramdisk under QEMU', () => {
-  it('boots standalone: the API answers through hostfwd, the console shows its pages and a shell, init restarts a killed agent, power_off stops the VM', async () => {
+  it('boots standalone with ipa-debug: the API answers through hostfwd, the console shows its pages, the agent log and a shell, init restarts a killed agent, power_off stops the VM', async () => {
     vm = await startVm({
       disk: await sparseDisk('vda.img', 64 * MiB),
       serialLog: join(work.dir, 'serial.log'),
       mac: randomMac(),
       forwards: [],
-      append: () => 'standalone=1 ina-console-shell=1',
+      append: () => 'standalone=1 ipa-debug=1',
     });
     const v = vm;
     const getStatus = async () => {
@@ -90,12 +92,17 @@ describe('the ramdisk under QEMU', () => {
     expect(status.version).toMatch(/^\d+\.\d+\.\d+/);
 
     const seen = (re: RegExp, from = 0) => until(`${re} on the console`, async () => (re.test(v.serial().slice(from)) ? true : undefined), 60_000);
-    await seen(/Agent\s+serving/);
+    // A whole screen, up to its key line (the console writes each screen at once, but the log file
+    // may hold only part of the latest one when it is read).
+    await seen(/Agent\s+serving[^]*\[l\] full log {2}\[c\] commands {2}\[s\] shell/);
+    await seen(/\{"level":30,[^\n]*"msg":"agent API listening"/);
     const screen = v.serial();
     expect(screen).toMatch(/Conductor\s+\(none: standalone\)/);
     expect(screen).toMatch(/Disks\s+vda 64\.0 MiB disk/);
     expect(screen).toMatch(/Network\s+eth0 52:54:00:[0-9a-f:]{8} 10\.0\.2\.15\/24/);
     expect(screen).toContain('[l] full log  [c] commands  [s] shell');
+    // ipa-debug: the agent's own log lines go to the console too.
+    expect(screen).toMatch(/\{"level":30,[^\n]*"msg":"agent API listening"/);
 
     let mark = v.serial().length;
     await v.type('l');
@@ -117,7 +124,7 @@ describe('the ramdisk under QEMU', () => {
       return s && s.started_at > status.started_at ? s : undefined;
     }, 120_000);
     expect(again.version).toBe(status.version);
-    await seen(/Agent\s+serving, up \d+ s, restarted 1x/, mark);
+    await seen(/Agent\s+serving, up [^,]+, restarted 1x/, mark);
 
     const off = await request(`http://127.0.0.1:${v.agentPort}/v1/commands/?wait=true`, {
       method: 'POST',
@@ -151,7 +158,7 @@ describe('the ramdisk under QEMU', () => {
         { guestPort: IMAGES_PORT, hostPort: Number(imageUrl.port) },
       ],
       append: (port) =>
-        `ipa-api-url=http://${HOST_IN_GUEST}:${CONDUCTOR_PORT} ipa-advertise-host=127.0.0.1 ipa-advertise-port=${port} ipa-debug=1`,
+        `ipa-api-url=http://${HOST_IN_GUEST}:${CONDUCTOR_PORT} ipa-advertise-host=127.0.0.1 ipa-advertise-port=${port}`,
     });
     const v = vm;
     const c = conductor;
@@ -191,10 +198,12 @@ describe('the ramdisk under QEMU', () => {
     expect(done.command_status).toBe('SUCCEEDED');
     expect(JSON.stringify(done.command_result)).toMatch(/written to device \/dev\/vda/);
 
-    await until('the node on the status screen', async () => (v.serial().includes(`Node        ${node.uuid}`) ? true : undefined), 60_000);
-    expect(v.serial()).toMatch(/Heartbeat\s+\d\d:\d\d:\d\d \(\d+ s ago\) ok/);
-    expect(v.serial()).toContain('[s] shell');
-    expect(v.serial()).toMatch(/"msg":"command started"/);
+    const screen = new RegExp(`Node\\s+${node.uuid}[^]*Heartbeat\\s+\\d\\d:\\d\\d:\\d\\d \\([^)]+ ago\\) ok[^]*\\[l\\] full log {2}\\[c\\] commands`);
+    await until('the node and its heartbeat on the status screen', async () => (screen.test(v.serial()) ? true : undefined), 60_000);
+    // A production boot: no shell key, and the agent's log stays off the console.
+    expect(v.serial()).toContain('[l] full log  [c] commands');
+    expect(v.serial()).not.toContain('[s] shell');
+    expect(v.serial()).not.toMatch(/"msg":"command started"/);
 
     await agent.command('standby.power_off');
     const code = await Promise.race([v.exited, new Promise<string>((r) => setTimeout(() => r('still running'), 120_000))]);
