@@ -29,7 +29,8 @@ async function buildConfigDrive(dir: string): Promise<string> {
 
 /** Starts `agent/main.ts` standalone on an ephemeral loopback port; resolves with its URL. */
 async function startAgent(device: string): Promise<{ url: string; child: ResultPromise }> {
-  const child = execa('npx', ['tsx', join(root, 'agent/main.ts'), '--standalone', '--kernel-cmdline=/dev/null',
+  // One process (no npx/tsx wrapper in between), so that SIGTERM reaches the agent itself.
+  const child = execa(process.execPath, ['--import', 'tsx', join(root, 'agent/main.ts'), '--standalone', '--kernel-cmdline=/dev/null',
     '--ipa-listen-host=127.0.0.1', '--ipa-listen-port=0', `--device-allowlist=${device}`], { cwd: root, reject: false, buffer: false });
   child.stderr?.pipe(process.stderr);
   const lines = createInterface({ input: child.stdout! });
@@ -130,7 +131,8 @@ async function main(): Promise<void> {
   } finally {
     if (agent) {
       agent.kill('SIGTERM');
-      await agent.catch(() => undefined);
+      const stopped = await Promise.race([agent.then(() => true, () => true), new Promise((r) => setTimeout(() => r(false), 5000))]);
+      if (!stopped) agent.kill('SIGKILL');
     }
     await server?.close();
     if (loop) await detachLoop(loop);
@@ -138,7 +140,10 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err) => {
-  console.error(`demo failed: ${err instanceof Error ? err.message : String(err)}`);
-  process.exit(1);
-});
+main().then(
+  () => process.exit(0),
+  (err) => {
+    console.error(`demo failed: ${err instanceof Error ? err.message : String(err)}`);
+    process.exit(1);
+  },
+);
