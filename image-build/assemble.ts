@@ -34,7 +34,7 @@ const listLines = (file: string) =>
   readFileSync(join(here, file), 'utf8').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
 
 /** The merged-/usr path a package file lands on. */
-const merged = (rel: string) => '/' + rel.replace(/^\/?(bin|sbin|lib|lib64)\//, 'usr/$1/');
+const merged = (rel: string) => '/' + rel.replace(/^\/+/, '').replace(/^(bin|sbin|lib|lib64)\//, 'usr/$1/');
 
 const fs = new Rootfs();
 for (const d of ['/usr/bin', '/usr/sbin', '/usr/lib/x86_64-linux-gnu', '/usr/lib64', '/etc/ina', '/dev', '/proc', '/sys', '/run', '/root', '/var/log']) fs.dir(d);

@@ -32,7 +32,11 @@ function pad4(n: number): number {
 
 /** Writes the archive to `file`; returns the number of bytes written. */
 export function writeCpio(file: string, entries: readonly CpioEntry[], mtime: number): number {
-  const sorted = [...entries].sort((a, b) => Buffer.compare(Buffer.from(a.path), Buffer.from(b.path)));
+  const named = entries.map((e) => ({ e, name: e.path.replace(/^\/+/, '') }));
+  named.sort((a, b) => Buffer.compare(Buffer.from(a.name), Buffer.from(b.name)));
+  named.forEach((n, i) => {
+    if (n.name === '' || (i > 0 && n.name === named[i - 1]!.name)) throw new Error(`cpio: bad or repeated entry name "${n.e.path}"`);
+  });
   const fd = openSync(file, 'w');
   let written = 0;
   const put = (b: Buffer) => {
@@ -40,8 +44,7 @@ export function writeCpio(file: string, entries: readonly CpioEntry[], mtime: nu
     written += b.length;
   };
   try {
-    sorted.forEach((e, i) => {
-      const name = e.path.replace(/^\/+/, '');
+    named.forEach(({ e, name }, i) => {
       const base = { ino: i + 1, mtime, rmajor: 0, rminor: 0, name, nlink: 1 };
       if (e.kind === 'dir') {
         put(header({ ...base, mode: S_IFDIR | e.mode, nlink: 2, size: 0 }));
