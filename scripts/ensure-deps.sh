@@ -12,6 +12,7 @@ declare -A tools=(
   [sgdisk]=gdisk [parted]=parted [qemu-img]=qemu-utils [mkfs.vfat]=dosfstools [mcopy]=mtools
   [genisoimage]=genisoimage [mkfs.ext4]=e2fsprogs [losetup]=mount [wipefs]=util-linux [blkid]=util-linux
   [zstd]=zstd [xz]=xz-utils [sfdisk]=fdisk [partprobe]=parted [blkdiscard]=util-linux [curl]=curl
+  [qemu-system-x86_64]=qemu-system-x86 [readelf]=binutils [strip]=binutils [openssl]=openssl [ip]=iproute2
 )
 missing=()
 for cmd in "${!tools[@]}"; do
