@@ -29,7 +29,9 @@ export function stepsResult(kind: 'clean' | 'deploy' | 'service', steps: readonl
 
 /** Throws VersionMismatch (→ CLEAN_VERSION_MISMATCH) when the conductor recorded other versions than ours. */
 export function checkVersions(provided: unknown): void {
+  // A conductor that never recorded versions sends nothing (or an empty object): nothing to compare.
   if (provided === undefined || provided === null) return;
+  if (typeof provided === 'object' && Object.keys(provided).length === 0) return;
   const ours = hardwareManagerVersions();
   if (!isDeepStrictEqual(provided, ours)) {
     throw new VersionMismatch(`Current versions: ${JSON.stringify(ours)}, versions provided by node: ${JSON.stringify(provided)}`);

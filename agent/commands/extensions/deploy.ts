@@ -1,35 +1,24 @@
 // deploy: the in-band deploy steps this agent offers. Only `write_image` exists; it runs the same code as
 // `standby.prepare_image`, and a bad `image_info` becomes this command's FAILED result (not an HTTP 400).
-import { AgentError, VersionMismatch } from '../../errors.ts';
+import { checkVersions, stepsResult, type StepDescription } from '../../disk/hardware-manager.ts';
+import { AgentError } from '../../errors.ts';
 import { prepareImage } from '../../image/prepare.ts';
 import { isObject, optObject, reqObject } from '../params.ts';
 import { command, type Extension } from '../types.ts';
 import { parsePrepareImage } from './standby.ts';
 
-/** What `get_*_steps` reports as the hardware manager and its version; the conductor echoes it back. */
-export const HARDWARE_MANAGER = { className: 'GenericHardwareManager', name: 'generic_hardware_manager', version: '1.2' };
-
 export class HardwareManagerMethodNotFound extends AgentError {
   static override summary = 'No HardwareManager found to handle method';
 }
 
-export const DEPLOY_STEPS = [
-  { step: 'write_image', priority: 80, interface: 'deploy', reboot_requested: false },
-] as const;
+export const DEPLOY_STEPS: readonly StepDescription[] = [
+  { step: 'write_image', priority: 80, interface: 'deploy', reboot_requested: false, abortable: false },
+];
 
 interface DeployStepParams {
   step: Record<string, unknown>;
   node?: Record<string, unknown>;
   deployVersion?: Record<string, unknown>;
-}
-
-function checkVersion(given: Record<string, unknown> | undefined): void {
-  if (!given || Object.keys(given).length === 0) return;
-  const ours = { [HARDWARE_MANAGER.name]: HARDWARE_MANAGER.version };
-  const mismatch = Object.entries(given).some(([name, version]) => ours[name] !== version) || !(HARDWARE_MANAGER.name in given);
-  if (mismatch) {
-    throw new VersionMismatch(`Hardware managers version mismatch: conductor has ${JSON.stringify(given)}, agent has ${JSON.stringify(ours)}`);
-  }
 }
 
 function nodeHints(node: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
@@ -43,10 +32,7 @@ export const deploy: Extension = {
   get_deploy_steps: command({
     mode: 'sync',
     parse: () => undefined,
-    run: () => ({
-      deploy_steps: { [HARDWARE_MANAGER.className]: DEPLOY_STEPS.map((s) => ({ ...s })) },
-      hardware_manager_version: { [HARDWARE_MANAGER.name]: HARDWARE_MANAGER.version },
-    }),
+    run: () => stepsResult('deploy', DEPLOY_STEPS),
   }),
 
   execute_deploy_step: command({
@@ -57,7 +43,7 @@ export const deploy: Extension = {
       deployVersion: optObject(p, 'deploy_version'),
     }),
     run: async (p, ctx) => {
-      checkVersion(p.deployVersion);
+      checkVersions(p.deployVersion);
       const { step } = p;
       if (step.interface !== 'deploy' || step.step !== 'write_image') {
         throw new HardwareManagerMethodNotFound(`No HardwareManager found to handle method: ${String(step.interface)}.${String(step.step)}`);
