@@ -22,7 +22,8 @@ import { ImageDownloadFatalError, ImageFetcher, type OpenedImage } from './fetch
 import type { ImageInfo } from './image-info.ts';
 import { INSPECT_HEAD_BYTES, inspectImage, type ImageInspection } from './inspect.ts';
 import type { ProgressMeter } from './progress.ts';
-import { BlockWriter, TooLargeError, clearSignatures, openForWrite, settlePartitionTable } from './write.ts';
+import { BlockWriter, TooLargeError } from './block-writer.ts';
+import { clearSignatures, settlePartitionTable } from './write.ts';
 
 export interface TargetDevice {
   path: string;
@@ -136,8 +137,7 @@ function refuseUnsafe(found: ImageInspection, declared: string | undefined, perm
 async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: ExpectedDigest): Promise<number> {
   const { info, device, meter } = job;
   const { guard, log } = job.services;
-  const fh = await openForWrite(device.path, guard);
-  const writer = new BlockWriter(fh, device.path, device.size);
+  const writer = await BlockWriter.open(device.path, device.size, guard);
   const hash = createHash(expected.algo);
   let compression: Compression = 'none';
   let written: Buffer = Buffer.alloc(0);
@@ -167,11 +167,12 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
     );
     verifyDigest(expected, hash.digest('hex'), info.id, url);
   } catch (err) {
-    // Whatever reached the disk is unverified: leave nothing that looks bootable.
+    // Whatever reached the disk is unverified: once the last write landed, leave nothing that looks bootable.
+    await writer.release();
     if (touched) await clearSignatures(device.path, device.size, guard, log).catch(() => undefined);
     throw err;
   } finally {
-    await fh.close().catch(() => undefined);
+    await writer.release();
   }
   log.info({ bytes: writer.written, compression, device: device.path, checksum: expected.algo }, 'image streamed and verified');
   await settlePartitionTable(device, written, guard, log);
@@ -180,8 +181,7 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
 
 async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: string, expected: ExpectedDigest, limit: number): Promise<void> {
   const hash = createHash(expected.algo);
-  const fh = await openForWrite(file, null);
-  const writer = new BlockWriter(fh, file, limit, false);
+  const writer = await BlockWriter.open(file, limit, null);
   try {
     await pipeline(image.body, tap(hash, job.meter), decompressStage(() => undefined), writer);
   } catch (err) {
@@ -190,7 +190,7 @@ async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: stri
     }
     throw err;
   } finally {
-    await fh.close().catch(() => undefined);
+    await writer.release();
   }
   verifyDigest(expected, hash.digest('hex'), job.info.id, image.url);
 }
@@ -247,7 +247,7 @@ async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
 
 async function copyFileToDevice(file: string, size: number, device: TargetDevice, job: PipelineJob): Promise<void> {
   job.meter.start('write', size);
-  const fh = await openForWrite(device.path, job.services.guard);
+  const writer = await BlockWriter.open(device.path, device.size, job.services.guard);
   try {
     await pipeline(
       createReadStream(file, { highWaterMark: 8 * 1024 * 1024 }),
@@ -257,10 +257,10 @@ async function copyFileToDevice(file: string, size: number, device: TargetDevice
           yield chunk;
         }
       },
-      new BlockWriter(fh, device.path, device.size),
+      writer,
     );
   } finally {
-    await fh.close().catch(() => undefined);
+    await writer.release();
   }
 }
 
