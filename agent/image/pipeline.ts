@@ -2,11 +2,10 @@
 //   download ─▶ hash + count ─▶ decompress (gzip/zstd/xz by magic) ─▶ head gate ─▶ device
 // Buffered path (everything else):
 //   download ─▶ hash + count ─▶ decompress ─▶ buffer file ─▶ verify ─▶ inspect ─▶ qemu-img / copy ─▶ device
-// The hash covers the downloaded bytes and runs on the main thread while the disk writes run in libuv's
-// pool, so hashing overlaps the disk I/O. (Hashing on a worker thread was measured: no faster on two
-// cores, and 75-90 MiB more RSS, so it is not used.) A broken download resumes inside fetch.ts where the
-// server allows it; otherwise the whole attempt is retried from byte zero.
-import { createHash, type Hash } from 'node:crypto';
+// The hash covers the downloaded bytes and runs on a worker thread (hash-worker.ts), the disk writes run
+// in libuv's pool with several in flight (block-writer.ts), so the main thread only moves bytes and the
+// three overlap. A broken download resumes inside fetch.ts where the server allows it; otherwise the
+// whole attempt is retried from byte zero.
 import { createReadStream } from 'node:fs';
 import { open, rm, stat } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
@@ -16,6 +15,7 @@ import { ImageDownloadError, InvalidImage, errorText } from '../errors.ts';
 import { bufferBudget, bufferPath, ImageDownloadOutofSpaceError } from './buffer.ts';
 import { expectedDigest, imageFileNames, parseChecksumFile, verifyDigest, type ExpectedDigest } from './checksum.ts';
 import { convertToDevice } from './convert.ts';
+import { HashWorker } from './hash-worker.ts';
 import { decompressStage, type Compression } from './decompress.ts';
 import { Dispatchers } from './dispatchers.ts';
 import { ImageDownloadFatalError, ImageFetcher, type OpenedImage } from './fetch.ts';
@@ -90,10 +90,10 @@ async function expectedChecksum(info: ImageInfo, fetcher: ImageFetcher, md5Enabl
 }
 
 /** Hashes and counts the downloaded bytes as they pass. */
-function tap(hash: Hash, meter: ProgressMeter) {
+function tap(hash: HashWorker, meter: ProgressMeter) {
   return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
     for await (const chunk of source) {
-      hash.update(chunk);
+      await hash.update(chunk);
       meter.add(chunk.length);
       yield chunk;
     }
@@ -138,7 +138,7 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
   const { info, device, meter } = job;
   const { guard, log } = job.services;
   const writer = await BlockWriter.open(device.path, device.size, guard);
-  const hash = createHash(expected.algo);
+  const hash = new HashWorker(expected.algo);
   let compression: Compression = 'none';
   let written: Buffer = Buffer.alloc(0);
   let touched = false;
@@ -165,7 +165,7 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
       }),
       writer,
     );
-    verifyDigest(expected, hash.digest('hex'), info.id, url);
+    verifyDigest(expected, await hash.digest(), info.id, url);
   } catch (err) {
     // Whatever reached the disk is unverified: once the last write landed, leave nothing that looks bootable.
     await writer.release();
@@ -173,6 +173,7 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
     throw err;
   } finally {
     await writer.release();
+    await hash.close();
   }
   log.info({ bytes: writer.written, compression, device: device.path, checksum: expected.algo }, 'image streamed and verified');
   await settlePartitionTable(device, written, guard, log);
@@ -180,10 +181,11 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
 }
 
 async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: string, expected: ExpectedDigest, limit: number): Promise<void> {
-  const hash = createHash(expected.algo);
   const writer = await BlockWriter.open(file, limit, null);
+  const hash = new HashWorker(expected.algo);
   try {
     await pipeline(image.body, tap(hash, job.meter), decompressStage(() => undefined), writer);
+    verifyDigest(expected, await hash.digest(), job.info.id, image.url);
   } catch (err) {
     if (err instanceof TooLargeError) {
       throw new ImageDownloadOutofSpaceError(`the image does not fit in the buffer directory ${job.services.config.image.bufferDir} (${limit} bytes usable)`);
@@ -191,8 +193,8 @@ async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: stri
     throw err;
   } finally {
     await writer.release();
+    await hash.close();
   }
-  verifyDigest(expected, hash.digest('hex'), job.info.id, image.url);
 }
 
 async function readEnds(file: string, size: number): Promise<{ head: Buffer; tail: Buffer }> {

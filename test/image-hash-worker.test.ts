@@ -1,0 +1,40 @@
+// The checksum thread: the same digests as hashing in place, across uneven chunks and slot boundaries,
+// and a failing thread surfaces as an error instead of a hang.
+import { createHash, randomBytes } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { ImageDownloadError } from '../agent/errors.ts';
+import { HashWorker } from '../agent/image/hash-worker.ts';
+
+describe('HashWorker', () => {
+  it.each(['md5', 'sha256', 'sha512'])('%s of chunks that straddle its slots equals createHash', async (algo) => {
+    const data = randomBytes(9 * 1024 * 1024 + 77);
+    const hash = new HashWorker(algo);
+    try {
+      for (let at = 0, i = 0; at < data.length; i++) {
+        const size = [3, 65536, 1024 * 1024 + 1, 999_999][i % 4]!;
+        await hash.update(data.subarray(at, at + size));
+        at += size;
+      }
+      expect(await hash.digest()).toBe(createHash(algo).update(data).digest('hex'));
+    } finally {
+      await hash.close();
+    }
+  });
+
+  it('of nothing is the empty digest', async () => {
+    const hash = new HashWorker('sha256');
+    expect(await hash.digest()).toBe(createHash('sha256').digest('hex'));
+    await hash.close();
+  });
+
+  it('reports a thread that cannot hash as ImageDownloadError', async () => {
+    const hash = new HashWorker('no-such-digest');
+    const err = await (async () => {
+      for (let i = 0; i < 16; i++) await hash.update(Buffer.alloc(1024 * 1024));
+      return hash.digest();
+    })().catch((e: unknown) => e);
+    await hash.close();
+    expect(err).toBeInstanceOf(ImageDownloadError);
+    expect((err as Error).message).toMatch(/hashing the image failed: .*(Digest method not supported|no-such-digest)/i);
+  });
+});
