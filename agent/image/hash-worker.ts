@@ -43,7 +43,6 @@ export class HashWorker {
     });
     this.worker.on('error', (err) => this.fail(err));
     this.worker.on('exit', (code) => this.fail(new Error(`the hashing thread exited with code ${code}`)));
-    this.worker.unref();
   }
 
   private fail(err: Error): void {

@@ -23,7 +23,7 @@ import type { ImageInfo } from './image-info.ts';
 import { INSPECT_HEAD_BYTES, inspectImage, type ImageInspection } from './inspect.ts';
 import type { ProgressMeter } from './progress.ts';
 import { BlockWriter, TooLargeError } from './block-writer.ts';
-import { clearSignatures, settlePartitionTable } from './write.ts';
+import { clearSignatures, flushDevice, settlePartitionTable } from './write.ts';
 
 export interface TargetDevice {
   path: string;
@@ -278,5 +278,6 @@ async function convertFileToDevice(file: string, format: string, virtualSize: nu
     log,
     onPercent: (p) => job.meter.set(Math.round((virtualSize * p) / 100)),
   });
+  await flushDevice(device.path, guard);
   await settlePartitionTable(device, (await readEnds(device.path, INSPECT_HEAD_BYTES)).head, guard, log);
 }

@@ -36,6 +36,18 @@ export async function clearSignatures(device: string, sizeBytes: number, guard: 
   }
 }
 
+/** Flushes the device's own write cache, after a tool wrote it with O_DIRECT. */
+export async function flushDevice(device: string, guard: DeviceGuard): Promise<void> {
+  const fh = await openDevice(device, guard);
+  try {
+    await fh.datasync();
+  } catch (err) {
+    throw new ImageWriteError(`flushing ${device} failed: ${errorText(err)}`);
+  } finally {
+    await fh.close();
+  }
+}
+
 /**
  * After a raw write: when the image has a GPT, move its backup to the real end of the disk (computed from
  * the image's head; `sgdisk -e` when the head does not hold the whole table), then re-read the table.
