@@ -75,20 +75,21 @@ async function bundleAgent(out: string): Promise<void> {
 
 let agentBundle = '';
 
-/** The node flags the ramdisk starts the agent with, so that the benchmark measures what ships. */
-async function shippedNodeFlags(): Promise<string[]> {
+/** How the ramdisk starts the agent (node flags, environment), so that the benchmark measures what ships. */
+async function shippedLaunch(): Promise<{ flags: string[]; env: Record<string, string> }> {
   const script = await readFile(join(root, 'image-build/rootfs/usr/lib/ina/run-agent'), 'utf8');
   const flags = /^NODE_FLAGS='([^']*)'/m.exec(script);
   if (!flags) throw new Error('image-build/rootfs/usr/lib/ina/run-agent no longer sets NODE_FLAGS');
-  return flags[1]!.split(' ').filter(Boolean);
+  const env = Object.fromEntries([...script.matchAll(/^export (\w+)=(\S+)$/gm)].map((m) => [m[1]!, m[2]!]));
+  return { flags: flags[1]!.split(' ').filter(Boolean), env };
 }
-let nodeFlags: string[] = [];
+let launch: { flags: string[]; env: Record<string, string> } = { flags: [], env: {} };
 
 /** One deploy by a fresh agent process; returns its time and the process's peak RSS. */
 async function agentDeploy(device: string, bufferDir: string, imageInfo: Record<string, unknown>): Promise<AgentRun> {
-  const child = execa('node', [...nodeFlags, agentBundle, '--standalone', '--kernel-cmdline=/dev/null',
+  const child = execa('node', [...launch.flags, agentBundle, '--standalone', '--kernel-cmdline=/dev/null',
     '--ipa-listen-host=127.0.0.1', '--ipa-listen-port=0', `--device-allowlist=${device}`, `--ipa-image-buffer-dir=${bufferDir}`],
-  { cwd: root, reject: false, buffer: false });
+  { cwd: root, reject: false, buffer: false, env: launch.env });
   try {
     const url = await new Promise<string>((resolve, reject) => {
       createInterface({ input: child.stdout! }).on('line', (line) => {
@@ -134,7 +135,7 @@ async function main(): Promise<void> {
 
     agentBundle = join(work.dir, 'agent.mjs');
     await bundleAgent(agentBundle);
-    nodeFlags = await shippedNodeFlags();
+    launch = await shippedLaunch();
 
     // At least 4 GiB so that the agent chooses it without root device hints; sparse, so it costs nothing.
     loop = await attachLoop(Math.max(SIZE + 64 * MiB, 4 * GiB + 64 * MiB));

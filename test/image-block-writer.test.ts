@@ -10,6 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { BlockWriter, TooLargeError } from '../agent/image/block-writer.ts';
 import { ImageWriteError } from '../agent/errors.ts';
 import { DeviceGuard } from '../agent/safety/device-guard.ts';
+import { readDevice } from './helpers/image-agent.ts';
 import { MiB, withLoops } from './helpers/loop.ts';
 import { workDir } from './helpers/make-image.ts';
 
@@ -22,17 +23,6 @@ function chunked(data: Buffer): Readable {
     at += size;
   }
   return Readable.from(parts);
-}
-
-async function readRange(path: string, start: number, length: number): Promise<Buffer> {
-  const fh = await open(path, 'r');
-  try {
-    const out = Buffer.alloc(length);
-    await fh.read(out, 0, length, start);
-    return out;
-  } finally {
-    await fh.close();
-  }
 }
 
 async function fill(path: string, size: number, byte: number): Promise<void> {
@@ -55,8 +45,8 @@ describe('BlockWriter', () => {
       await pipeline(chunked(data), writer);
       await writer.release();
       expect(writer.written).toBe(data.length);
-      expect((await readRange(dev!.path, 0, data.length)).equals(data)).toBe(true);
-      expect((await readRange(dev!.path, data.length, 4096)).equals(Buffer.alloc(4096, 0xaa))).toBe(true);
+      expect((await readDevice(dev!.path, 0, data.length)).equals(data)).toBe(true);
+      expect((await readDevice(dev!.path, data.length, data.length + 4096)).equals(Buffer.alloc(4096, 0xaa))).toBe(true);
     });
   });
 

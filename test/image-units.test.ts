@@ -12,6 +12,7 @@ import { relocateBackupGpt } from '../agent/image/gpt.ts';
 import { copyFile, open } from 'node:fs/promises';
 import { compress, makeDiskImage, qcow2WithBackingFile, qcow2WithDataFile, toQcow2, workDir } from './helpers/make-image.ts';
 import { execa } from 'execa';
+import { readDevice } from './helpers/image-agent.ts';
 import { join } from 'node:path';
 
 const H64 = 'a'.repeat(64);
@@ -171,17 +172,6 @@ describe('relocateBackupGpt', () => {
   });
   afterAll(() => work.cleanup());
 
-  async function region(file: string, offset: number, length: number): Promise<Buffer> {
-    const fh = await open(file, 'r');
-    try {
-      const buf = Buffer.alloc(length);
-      await fh.read(buf, 0, length, offset);
-      return buf;
-    } finally {
-      await fh.close();
-    }
-  }
-
   it.each([[32], [3 * 1024 * 1024]])('writes what sgdisk -e writes, on a %i MiB disk', async (diskMiB) => {
     const img = await makeDiskImage(work.dir, { sizeMiB: 4, name: `gpt-${diskMiB}.raw`, randomKiB: 16 });
     const ours = join(work.dir, `ours-${diskMiB}`);
@@ -200,7 +190,7 @@ describe('relocateBackupGpt', () => {
     await fh.close();
 
     for (const [offset, length] of [[0, 64 * 1024], [diskBytes - 64 * 1024, 64 * 1024]] as const) {
-      expect((await region(ours, offset, length)).equals(await region(theirs, offset, length))).toBe(true);
+      expect((await readDevice(ours, offset, offset + length)).equals(await readDevice(theirs, offset, offset + length))).toBe(true);
     }
     expect((await execa('sgdisk', ['-v', ours])).stdout).toMatch(/No problems found/);
   });

@@ -36,7 +36,11 @@ export class HashWorker {
 
   constructor(algo: string) {
     this.slots = Array.from({ length: SLOTS }, (_, i) => Buffer.from(this.memory, i * SLOT_BYTES, SLOT_BYTES));
-    this.worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { algo, memory: this.memory } });
+    this.worker = new Worker(WORKER_SOURCE, {
+      eval: true,
+      workerData: { algo, memory: this.memory },
+      resourceLimits: { maxYoungGenerationSizeMb: 1, maxOldGenerationSizeMb: 8 },
+    });
     this.worker.on('message', (reply: Reply) => {
       if ('digest' in reply) return this.pendingDigest?.resolve(reply.digest);
       this.release[reply.slot]?.();

@@ -2,13 +2,14 @@
 // status screen, a conductor stand-in drives a whole deploy (lookup, heartbeat, write_image with a
 // config drive, power off), and the disk file holds the image and a config-2 partition afterwards.
 import { createHash } from 'node:crypto';
-import { open, readFile, truncate, writeFile } from 'node:fs/promises';
+import { readFile, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { request } from 'undici';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { buildIso, toWire } from '../helpers/configdrive.ts';
 import { FakeConductor } from '../helpers/fake-conductor.ts';
+import { readDevice } from '../helpers/image-agent.ts';
 import { startImageServer, type ImageServer } from '../helpers/image-server.ts';
 import { makeDiskImage, workDir } from '../helpers/make-image.ts';
 import { HOST_IN_GUEST, OUT, randomMac, startVm, until, type Vm } from './vm.ts';
@@ -45,17 +46,6 @@ async function sparseDisk(name: string, bytes: number): Promise<string> {
   await writeFile(path, '');
   await truncate(path, bytes);
   return path;
-}
-
-async function readRange(path: string, start: number, length: number): Promise<Buffer> {
-  const fh = await open(path, 'r');
-  try {
-    const buf = Buffer.alloc(length);
-    await fh.read(buf, 0, length, start);
-    return buf;
-  } finally {
-    await fh.close();
-  }
 }
 
 /** Partitions of a GPT disk file as sgdisk prints them: number, first and last sector. */
@@ -209,15 +199,15 @@ describe('the ramdisk under QEMU', () => {
     const code = await Promise.race([v.exited, new Promise<string>((r) => setTimeout(() => r('still running'), 120_000))]);
     expect(code, v.stderr()).toBe(0);
 
-    const written = await readRange(disk, img.partition.start, img.partition.end - img.partition.start);
+    const written = await readDevice(disk, img.partition.start, img.partition.end);
     expect(createHash('sha256').update(written).digest('hex')).toBe(
       createHash('sha256').update(raw.subarray(img.partition.start, img.partition.end)).digest('hex'),
     );
     const parts = await partitions(disk);
     expect(parts[0]).toMatchObject({ number: 1, start: img.partition.start / 512 });
-    const labels = await Promise.all(parts.map(async (p) => (await readRange(disk, p.start * 512 + 0x8028, 32)).toString('latin1').trim()));
+    const labels = await Promise.all(parts.map(async (p) => (await readDevice(disk, p.start * 512 + 0x8028, p.start * 512 + 0x8028 + 32)).toString('latin1').trim()));
     expect(labels).toContain('config-2');
     const cd = parts[labels.indexOf('config-2')]!;
-    expect(await readRange(disk, cd.start * 512, iso.length)).toEqual(iso);
+    expect(await readDevice(disk, cd.start * 512, cd.start * 512 + iso.length)).toEqual(iso);
   });
 });
