@@ -6,8 +6,8 @@
 // Devices are written with O_DIRECT. Through the page cache, the same image took about 1.4× as long as
 // `dd oflag=direct` here, and the final sync paid for most of it; direct writes skip that copy and keep
 // the disk busy from the first block. O_DIRECT wants page-aligned memory, which ordinary Buffers are not,
-// hence WebAssembly memory (V8 maps it on page boundaries). The last partial sector, and any device that
-// refuses O_DIRECT, go through the page cache with a background sync every FLUSH_BEHIND bytes.
+// hence WebAssembly memory (V8 maps it on page boundaries). Only a last piece shorter than a sector goes
+// through the page cache. The image buffer file is written through the page cache and never synced.
 import { constants } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import { Writable } from 'node:stream';
@@ -21,8 +21,6 @@ const BLOCK = 1 * MiB;
 const DEPTH = 4;
 /** O_DIRECT lengths and offsets must be multiples of the logical sector size; 4 KiB covers every disk. */
 const SECTOR_ALIGN = 4096;
-/** Buffered writes: start a datasync after this many new bytes, so the kernel never holds gigabytes dirty. */
-const FLUSH_BEHIND = 32 * MiB;
 
 /** The image does not fit its target; on the wire it is an ImageWriteError like any other write failure. */
 export class TooLargeError extends ImageWriteError {
@@ -43,31 +41,8 @@ function alignedBlocks(): Buffer[] {
 interface Target {
   fh: FileHandle;
   path: string;
+  /** A device: written with O_DIRECT and synced at the end. Otherwise the buffer file, neither. */
   direct: boolean;
-  /** Whether the bytes must be on stable storage at the end (a device), or need not be (the buffer file). */
-  durable: boolean;
-}
-
-const isEinval = (err: unknown) => (err as NodeJS.ErrnoException).code === 'EINVAL';
-
-/** Opens a device with O_DIRECT when it takes it (an aligned read into `probe` tells, writing nothing). */
-async function openDevice(path: string, probe: Buffer): Promise<Target> {
-  const buffered = async (): Promise<Target> => ({ fh: await open(path, constants.O_RDWR), path, direct: false, durable: true });
-  let fh: FileHandle;
-  try {
-    fh = await open(path, constants.O_RDWR | constants.O_DIRECT);
-  } catch (err) {
-    if (isEinval(err)) return buffered();
-    throw err;
-  }
-  try {
-    await fh.read(probe, 0, SECTOR_ALIGN, 0);
-    return { fh, path, direct: true, durable: true };
-  } catch (err) {
-    await fh.close();
-    if (isEinval(err)) return buffered();
-    throw err;
-  }
 }
 
 export class BlockWriter extends Writable {
@@ -77,19 +52,17 @@ export class BlockWriter extends Writable {
   /** Bytes accepted so far (written, in flight, or waiting in the current block). */
   private accepted = 0;
   private failure: Error | null = null;
-  private syncedUpTo = 0;
-  private syncing: Promise<void> | null = null;
 
   /**
-   * Opens `path` for an image: a device (checked against `guard`, written with O_DIRECT where it can be)
-   * or, with a null guard, a plain file that is created or truncated.
+   * Opens `path` for an image: a device (checked against `guard`, written with O_DIRECT) or, with a null
+   * guard, a plain file that is created or truncated.
    */
   static async open(path: string, limit: number, guard: DeviceGuard | null): Promise<BlockWriter> {
     const blocks = alignedBlocks();
     if (guard) await guard.assertWritable(path, 'write an image to');
     try {
-      const target = guard ? await openDevice(path, blocks[0]!) : { fh: await open(path, 'w'), path, direct: false, durable: false };
-      return new BlockWriter(target, blocks, limit);
+      const fh = guard ? await open(path, constants.O_RDWR | constants.O_DIRECT) : await open(path, 'w');
+      return new BlockWriter({ fh, path, direct: !!guard }, blocks, limit);
     } catch (err) {
       throw new ImageWriteError(`cannot open ${path} for writing: ${errorText(err)}`);
     }
@@ -135,7 +108,6 @@ export class BlockWriter extends Writable {
     const settle = async () => {
       // The slots' promises never reject: failures are kept in this.failure.
       await Promise.all(this.inFlight);
-      await this.syncing;
       await this.target.fh.close().catch(() => undefined);
     };
     void settle().then(() => {
@@ -183,21 +155,6 @@ export class BlockWriter extends Writable {
     } catch (err) {
       throw new ImageWriteError(`writing ${this.target.path} at byte ${position + done} failed: ${errorText(err)}`);
     }
-    if (!this.target.direct) this.flushBehind(position + length);
-  }
-
-  private flushBehind(upTo: number): void {
-    if (!this.target.durable || this.syncing || upTo - this.syncedUpTo < FLUSH_BEHIND) return;
-    this.syncing = this.target.fh.datasync().then(
-      () => {
-        this.syncedUpTo = upTo;
-        this.syncing = null;
-      },
-      (err: Error) => {
-        this.failure ??= new ImageWriteError(`syncing ${this.target.path} failed: ${errorText(err)}`);
-        this.syncing = null;
-      },
-    );
   }
 
   private async finish(): Promise<void> {
@@ -207,10 +164,9 @@ export class BlockWriter extends Writable {
     const position = this.accepted - tail;
     if (aligned > 0) this.submit(aligned);
     await Promise.all(this.inFlight);
-    await this.syncing;
     if (this.failure) throw this.failure;
     if (aligned < tail) await this.writeTail(block.subarray(aligned, tail), position + aligned);
-    if (!this.target.durable) return;
+    if (!this.target.direct) return;
     try {
       await this.target.fh.datasync();
     } catch (err) {
