@@ -4,13 +4,13 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAgent } from '../agent/agent.ts';
 import { command } from '../agent/commands/types.ts';
-import { buildConfig } from '../agent/config/config.ts';
 import type { Clock } from '../agent/conductor/clock.ts';
 import { Heartbeater, type BeatEvent, type HeartbeatTarget } from '../agent/conductor/heartbeat.ts';
 import { IronicApi } from '../agent/conductor/ironic-api.ts';
 import { ConductorLink } from '../agent/conductor/link.ts';
 import { nicMacs } from '../agent/conductor/nics.ts';
 import { nullLogger } from '../agent/log.ts';
+import { linkedConfig } from './helpers/linked-config.ts';
 import { FakeConductor } from './helpers/fake-conductor.ts';
 
 /** Virtual time: a sleep ending at or before `horizon` ends at once (time jumps); later ones wait. */
@@ -178,12 +178,7 @@ describe.skipIf(macs.length === 0)('early heartbeat after an async command (link
     let finish: () => void = () => {};
     const fake = await FakeConductor.start({ nodes: [{ macs }] });
     cleanups.push(() => fake.close());
-    const config = buildConfig(new Map(), new Map(Object.entries({
-      'ipa-api-url': fake.url,
-      'ipa-listen-host': '127.0.0.1',
-      'ipa-listen-port': '0',
-      'ipa-nic-wait-timeout': '0',
-    })));
+    const config = linkedConfig(fake.url);
     const agent = createAgent(config, nullLogger, {
       test: { slow: command({ mode: 'async', parse: () => ({}), run: () => new Promise<void>((r) => (finish = r)) }) },
     });

@@ -3,12 +3,12 @@ import { createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAgent, type Agent } from '../agent/agent.ts';
 import { command, type Extension } from '../agent/commands/types.ts';
-import { buildConfig } from '../agent/config/config.ts';
 import { ConductorLink } from '../agent/conductor/link.ts';
 import { nicMacs } from '../agent/conductor/nics.ts';
 import { nullLogger } from '../agent/log.ts';
 import { AgentClient } from './helpers/agent-client.ts';
 import { FakeConductor, type FakeConductorOptions } from './helpers/fake-conductor.ts';
+import { linkedConfig } from './helpers/linked-config.ts';
 
 const macs = await nicMacs();
 const noNic = macs.length === 0;
@@ -42,20 +42,13 @@ async function conductor(opts: FakeConductorOptions = {}): Promise<FakeConductor
 }
 
 function linked(apiUrl: string, flags: Record<string, string> = {}): Linked {
-  const config = buildConfig(
-    new Map(),
-    new Map(Object.entries({
-      'ipa-api-url': apiUrl,
-      'ipa-listen-host': '127.0.0.1',
-      'ipa-listen-port': '0',
-      'ipa-lookup-interval': '0.05',
-      'ipa-lookup-timeout': '20',
-      'ipa-http-request-timeout': '2',
-      'ipa-nic-wait-timeout': '0',
-      'simulated-reboot-delay': '0.05',
-      ...flags,
-    })),
-  );
+  const config = linkedConfig(apiUrl, {
+    'ipa-lookup-interval': '0.05',
+    'ipa-lookup-timeout': '20',
+    'ipa-http-request-timeout': '2',
+    'simulated-reboot-delay': '0.05',
+    ...flags,
+  });
   const agent = createAgent(config, nullLogger, { test: testExt });
   const fatal: Error[] = [];
   const link = new ConductorLink(agent, config, nullLogger, { random: () => 0, onFatal: (e) => fatal.push(e) });
@@ -69,6 +62,17 @@ async function deadUrl(): Promise<string> {
   const port = (srv.address() as { port: number }).port;
   await new Promise<void>((r) => srv.close(() => r()));
   return `http://127.0.0.1:${port}`;
+}
+
+/** Starts the link, waits for its first heartbeat, and runs one async command to the end, as the conductor. */
+async function linkAndRunOneCommand(fake: FakeConductor, link: ConductorLink, uuid: string) {
+  await link.start();
+  await fake.waitFor(() => fake.heartbeats.length >= 1, 'a heartbeat');
+  const client = fake.clientFor(uuid);
+  cleanups.push(() => client.close());
+  await client.command('test.wait', {});
+  release();
+  return client;
 }
 
 describe.skipIf(noNic)('conductor link', () => {
@@ -207,12 +211,7 @@ describe.skipIf(noNic)('conductor link', () => {
     const fake = await conductor({ nodes: [{ macs }], heartbeatTimeout: 1 });
     const [node] = [...fake.nodes.values()];
     const { link, agent } = linked(fake.url);
-    await link.start();
-    await fake.waitFor(() => fake.heartbeats.length >= 1, 'a heartbeat');
-    const client = fake.clientFor(node!.uuid);
-    cleanups.push(() => client.close());
-    await client.command('test.wait', {});
-    release();
+    const client = await linkAndRunOneCommand(fake, link, node!.uuid);
     await fake.waitFor(() => fake.heartbeats.length >= 2, 'a second heartbeat');
     expect(await client.commands()).toHaveLength(1);
     const firstToken = node!.internal.agent_secret_token;
@@ -236,12 +235,7 @@ describe.skipIf(noNic)('conductor link', () => {
     const fake = await conductor({ nodes: [{ macs }] });
     const [node] = [...fake.nodes.values()];
     const { link, agent, fatal } = linked(fake.url);
-    await link.start();
-    await fake.waitFor(() => fake.heartbeats.length >= 1, 'a heartbeat');
-    const client = fake.clientFor(node!.uuid);
-    cleanups.push(() => client.close());
-    await client.command('test.wait', {});
-    release();
+    const client = await linkAndRunOneCommand(fake, link, node!.uuid);
     const before = { ...node!.internal, port: link.server!.port };
     const oldServer = link.server!;
 

@@ -4,12 +4,12 @@ import { X509Certificate } from 'node:crypto';
 import { connect, createServer, type SecureVersion } from 'node:tls';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAgent } from '../agent/agent.ts';
-import { buildConfig } from '../agent/config/config.ts';
 import { generateCertificate } from '../agent/conductor/auto-tls.ts';
 import { ConductorLink } from '../agent/conductor/link.ts';
 import { nicMacs } from '../agent/conductor/nics.ts';
 import { nullLogger } from '../agent/log.ts';
 import { AgentClient } from './helpers/agent-client.ts';
+import { linkedConfig } from './helpers/linked-config.ts';
 import { FakeConductor, type FakeConductorOptions } from './helpers/fake-conductor.ts';
 
 const macs = await nicMacs();
@@ -23,12 +23,7 @@ afterEach(async () => {
 async function tlsAgent(opts: FakeConductorOptions = {}) {
   const fake = await FakeConductor.start({ nodes: [{ macs }], ...opts });
   cleanups.push(() => fake.close());
-  const config = buildConfig(new Map(), new Map(Object.entries({
-    'ipa-api-url': fake.url,
-    'ipa-listen-host': '127.0.0.1',
-    'ipa-listen-port': '0',
-    'ipa-nic-wait-timeout': '0',
-  })));
+  const config = linkedConfig(fake.url);
   const link = new ConductorLink(createAgent(config, nullLogger), config, nullLogger);
   cleanups.push(() => link.stop());
   await link.start();
