@@ -2,7 +2,7 @@
 // and a failing thread surfaces as an error instead of a hang.
 import { createHash, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { ImageDownloadError } from '../agent/errors.ts';
+import { CommandExecutionError } from '../agent/errors.ts';
 import { HashWorker } from '../agent/image/hash-worker.ts';
 
 describe('HashWorker', () => {
@@ -27,14 +27,14 @@ describe('HashWorker', () => {
     await hash.close();
   });
 
-  it('reports a thread that cannot hash as ImageDownloadError', async () => {
+  it('reports a thread that cannot hash as CommandExecutionError, which no retry would fix', async () => {
     const hash = new HashWorker('no-such-digest');
     const err = await (async () => {
       for (let i = 0; i < 16; i++) await hash.update(Buffer.alloc(1024 * 1024));
       return hash.digest();
     })().catch((e: unknown) => e);
     await hash.close();
-    expect(err).toBeInstanceOf(ImageDownloadError);
+    expect(err).toBeInstanceOf(CommandExecutionError);
     expect((err as Error).message).toMatch(/hashing the image failed: .*(Digest method not supported|no-such-digest)/i);
   });
 });

@@ -52,6 +52,8 @@ export class BlockWriter extends Writable {
   /** Bytes accepted so far (written, in flight, or waiting in the current block). */
   private accepted = 0;
   private failure: Error | null = null;
+  /** Set once destroyed: a write waiting for a free block must then not start. */
+  private closing = false;
 
   /**
    * Opens `path` for an image: a device (checked against `guard`, written with O_DIRECT) or, with a null
@@ -105,8 +107,10 @@ export class BlockWriter extends Writable {
   }
 
   override _destroy(err: Error | null, done: (err?: Error | null) => void): void {
+    this.closing = true;
     const settle = async () => {
-      // The slots' promises never reject: failures are kept in this.failure.
+      // The slots' promises never reject: failures are kept in this.failure. Nothing new starts once
+      // `closing` is set, so these are the last writes.
       await Promise.all(this.inFlight);
       await this.target.fh.close().catch(() => undefined);
     };
@@ -125,6 +129,7 @@ export class BlockWriter extends Writable {
     while (at < chunk.length) {
       if (this.fill === 0) await this.inFlight[this.current];
       if (this.failure) throw this.failure;
+      if (this.closing) throw new ImageWriteError(`writing ${this.target.path} was abandoned`);
       const n = chunk.copy(this.blocks[this.current]!, this.fill, at);
       at += n;
       this.fill += n;
@@ -150,6 +155,10 @@ export class BlockWriter extends Writable {
       while (done < length) {
         const { bytesWritten } = await this.target.fh.write(block, done, length - done, position + done);
         if (bytesWritten === 0) throw new Error('no space left (the write made no progress)');
+        // O_DIRECT cannot carry on from an unaligned offset: say what happened rather than fail with EINVAL.
+        if (this.target.direct && bytesWritten < length - done && bytesWritten % SECTOR_ALIGN !== 0) {
+          throw new Error(`the device took only ${bytesWritten} of ${length - done} bytes`);
+        }
         done += bytesWritten;
       }
     } catch (err) {
@@ -179,12 +188,13 @@ export class BlockWriter extends Writable {
     let fh: FileHandle | undefined;
     try {
       fh = await open(this.target.path, constants.O_RDWR);
-      await fh.write(bytes, 0, bytes.length, position);
+      const { bytesWritten } = await fh.write(bytes, 0, bytes.length, position);
+      if (bytesWritten !== bytes.length) throw new Error(`the device took only ${bytesWritten} of ${bytes.length} bytes`);
       await fh.datasync();
     } catch (err) {
       throw new ImageWriteError(`writing ${this.target.path} at byte ${position} failed: ${errorText(err)}`);
     } finally {
-      await fh?.close();
+      await fh?.close().catch(() => undefined);
     }
   }
 }

@@ -4,7 +4,7 @@
 // hashes each slot in order, then hands it back; no chunk is cloned between the threads, so memory stays at
 // SLOTS × SLOT_BYTES whatever the image size.
 import { Worker } from 'node:worker_threads';
-import { ImageDownloadError } from '../errors.ts';
+import { CommandExecutionError } from '../errors.ts';
 
 const SLOT_BYTES = 1024 * 1024;
 const SLOTS = 4;
@@ -50,7 +50,8 @@ export class HashWorker {
   }
 
   private fail(err: Error): void {
-    this.failure ??= new ImageDownloadError(`hashing the image failed: ${err.message}`);
+    // Not a download error: downloading again would not help.
+    this.failure ??= new CommandExecutionError(`hashing the image failed: ${err.message}`);
     for (const release of this.release) release?.();
     this.pendingDigest?.reject(this.failure);
   }
@@ -92,8 +93,10 @@ export class HashWorker {
     });
   }
 
+  /** Stops the thread; anything still waiting on it fails rather than waits forever. */
   async close(): Promise<void> {
     this.worker.removeAllListeners('exit');
+    this.fail(new Error('the hashing thread was stopped'));
     await this.worker.terminate();
   }
 }

@@ -89,6 +89,16 @@ async function expectedChecksum(info: ImageInfo, fetcher: ImageFetcher, md5Enabl
   return expectedDigest(info.checksum.algo, digest, md5Enabled);
 }
 
+/** Runs `body` with a hashing thread that is stopped afterwards, however `body` ends. */
+async function withHashWorker<T>(algo: string, body: (hash: HashWorker) => Promise<T>): Promise<T> {
+  const hash = new HashWorker(algo);
+  try {
+    return await body(hash);
+  } finally {
+    await hash.close();
+  }
+}
+
 /** Hashes and counts the downloaded bytes as they pass. */
 function tap(hash: HashWorker, meter: ProgressMeter) {
   return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
@@ -134,11 +144,18 @@ function refuseUnsafe(found: ImageInspection, declared: string | undefined, perm
   }
 }
 
+/** After a failed write: clears what was written so that a half image cannot boot; a failure here is logged. */
+async function wipeAfterFailure(device: TargetDevice, job: PipelineJob): Promise<void> {
+  const { guard, log } = job.services;
+  await clearSignatures(device.path, device.size, guard, log).catch((err) =>
+    log.warn({ device: device.path, err: errorText(err) }, 'could not clear a partly written image'),
+  );
+}
+
 async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: ExpectedDigest): Promise<number> {
   const { info, device, meter } = job;
   const { guard, log } = job.services;
   const writer = await BlockWriter.open(device.path, device.size, guard);
-  const hash = new HashWorker(expected.algo);
   let compression: Compression = 'none';
   let written: Buffer = Buffer.alloc(0);
   let touched = false;
@@ -147,33 +164,35 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
     const image = await fetcher.open(info.urls);
     url = image.url;
     meter.start('stream', image.totalBytes ?? null);
-    await pipeline(
-      image.body,
-      tap(hash, meter),
-      decompressStage((kind) => (compression = kind)),
-      headGate(INSPECT_HEAD_BYTES, async (head) => {
-        // Raw images are copied byte for byte and never given to qemu-img, so a container format that
-        // claims to be raw is refused here rather than written.
-        const found = inspectImage(head);
-        if (found.format !== 'raw') refuseUnsafe(found, 'raw', ['raw'], true);
-        if (compression === 'none' && image.totalBytes !== undefined && image.totalBytes > device.size) {
-          throw new TooLargeError(`the image (${image.totalBytes} bytes) is larger than ${device.path} (${device.size} bytes)`);
-        }
-        written = head;
-        touched = true;
-        await clearSignatures(device.path, device.size, guard, log);
-      }),
-      writer,
-    );
-    verifyDigest(expected, await hash.digest(), info.id, url);
+    const digest = await withHashWorker(expected.algo, async (hash) => {
+      await pipeline(
+        image.body,
+        tap(hash, meter),
+        decompressStage((kind) => (compression = kind)),
+        headGate(INSPECT_HEAD_BYTES, async (head) => {
+          // Raw images are copied byte for byte and never given to qemu-img, so a container format that
+          // claims to be raw is refused here rather than written.
+          const found = inspectImage(head);
+          if (found.format !== 'raw') refuseUnsafe(found, 'raw', ['raw'], true);
+          if (compression === 'none' && image.totalBytes !== undefined && image.totalBytes > device.size) {
+            throw new TooLargeError(`the image (${image.totalBytes} bytes) is larger than ${device.path} (${device.size} bytes)`);
+          }
+          written = head;
+          touched = true;
+          await clearSignatures(device.path, device.size, guard, log);
+        }),
+        writer,
+      );
+      return hash.digest();
+    });
+    verifyDigest(expected, digest, info.id, url);
   } catch (err) {
     // Whatever reached the disk is unverified: once the last write landed, leave nothing that looks bootable.
     await writer.release();
-    if (touched) await clearSignatures(device.path, device.size, guard, log).catch(() => undefined);
+    if (touched) await wipeAfterFailure(device, job);
     throw err;
   } finally {
     await writer.release();
-    await hash.close();
   }
   log.info({ bytes: writer.written, compression, device: device.path, checksum: expected.algo }, 'image streamed and verified');
   await settlePartitionTable(device, written, guard, log);
@@ -182,10 +201,12 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
 
 async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: string, expected: ExpectedDigest, limit: number): Promise<void> {
   const writer = await BlockWriter.open(file, limit, null);
-  const hash = new HashWorker(expected.algo);
   try {
-    await pipeline(image.body, tap(hash, job.meter), decompressStage(() => undefined), writer);
-    verifyDigest(expected, await hash.digest(), job.info.id, image.url);
+    const digest = await withHashWorker(expected.algo, async (hash) => {
+      await pipeline(image.body, tap(hash, job.meter), decompressStage(() => undefined), writer);
+      return hash.digest();
+    });
+    verifyDigest(expected, digest, job.info.id, image.url);
   } catch (err) {
     if (err instanceof TooLargeError) {
       throw new ImageDownloadOutofSpaceError(`the image does not fit in the buffer directory ${job.services.config.image.bufferDir} (${limit} bytes usable)`);
@@ -193,7 +214,6 @@ async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: stri
     throw err;
   } finally {
     await writer.release();
-    await hash.close();
   }
 }
 
@@ -235,11 +255,16 @@ async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
       throw new TooLargeError(`the image's virtual size (${virtualSize} bytes) is larger than ${device.path} (${device.size} bytes)`);
     }
     await clearSignatures(device.path, device.size, guard, log);
-    if (found.format === 'raw') {
-      await copyFileToDevice(file, size, device, job);
-      await settlePartitionTable(device, head, guard, log);
-    } else {
-      await convertFileToDevice(file, found.format, virtualSize, device, job);
+    try {
+      if (found.format === 'raw') {
+        await copyFileToDevice(file, size, device, job);
+        await settlePartitionTable(device, head, guard, log);
+      } else {
+        await convertFileToDevice(file, found.format, virtualSize, device, job);
+      }
+    } catch (err) {
+      await wipeAfterFailure(device, job);
+      throw err;
     }
     return virtualSize;
   } finally {
