@@ -4,7 +4,7 @@ import { X509Certificate } from 'node:crypto';
 import { connect, createServer, type SecureVersion } from 'node:tls';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAgent } from '../agent/agent.ts';
-import { generateCertificate } from '../agent/conductor/auto-tls.ts';
+import { generateCertificate, generateKeys } from '../agent/conductor/auto-tls.ts';
 import { ConductorLink } from '../agent/conductor/link.ts';
 import { nicMacs } from '../agent/conductor/nics.ts';
 import { nullLogger } from '../agent/log.ts';
@@ -55,7 +55,7 @@ function handshake(port: number, min: SecureVersion, max: SecureVersion, ca?: st
 
 /** Can this machine's OpenSSL speak TLS 1.0/1.1 at all? (A permissive server with its own cert.) */
 async function oldTlsPossible(version: SecureVersion): Promise<boolean> {
-  const { key, cert } = generateCertificate('127.0.0.1', 'p256');
+  const { key, cert } = generateCertificate('127.0.0.1', await generateKeys('p256'));
   const server = createServer({ key, cert, minVersion: 'TLSv1', ciphers: 'DEFAULT@SECLEVEL=0' }, (s) => s.end());
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   try {
@@ -75,7 +75,7 @@ describe.skipIf(macs.length === 0)('auto-TLS', () => {
     const client = fake.clientFor(node.uuid);
     cleanups.push(() => client.close());
     expect(await client.commands()).toEqual([]);
-    const other = new AgentClient({ url, token: node.internal.agent_secret_token, ca: generateCertificate('127.0.0.1', 'p256').cert });
+    const other = new AgentClient({ url, token: node.internal.agent_secret_token, ca: generateCertificate('127.0.0.1', await generateKeys('p256')).cert });
     cleanups.push(() => other.close());
     await expect(other.commands()).rejects.toThrow();
   });

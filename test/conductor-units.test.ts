@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { callbackUrl, routeSource } from '../agent/conductor/advertise.ts';
-import { generateCertificate } from '../agent/conductor/auto-tls.ts';
+import { generateCertificate, generateKeys } from '../agent/conductor/auto-tls.ts';
 import { ipBytes } from '../agent/conductor/der.ts';
 import { heartbeatBody, type HeartbeatTarget } from '../agent/conductor/heartbeat.ts';
 import { ironicFault } from '../agent/conductor/ironic-api.ts';
@@ -115,7 +115,7 @@ describe('advertise address and callback URL', () => {
 describe('auto-TLS certificate', () => {
   it('is EC P-384, self-signed with SHA-512, IP SAN only, valid from an hour ago for 30 days', async () => {
     const now = new Date('2026-06-01T12:00:00Z');
-    const { cert, key } = generateCertificate('192.0.2.5', 'p384', now);
+    const { cert, key } = generateCertificate('192.0.2.5', await generateKeys('p384'), now);
     const x = new X509Certificate(cert);
     expect(key).toMatch(/^-----BEGIN PRIVATE KEY-----/);
     expect(x.subjectAltName).toBe('IP Address:192.0.2.5');
@@ -130,9 +130,9 @@ describe('auto-TLS certificate', () => {
     expect(text.stdout).toMatch(/X509v3 Subject Alternative Name: critical\s+IP Address:192\.0\.2\.5/);
   });
 
-  it('puts an IPv6 advertise address in the SAN, a name as a DNS name', () => {
-    expect(new X509Certificate(generateCertificate('fd00::5', 'p256').cert).checkIP('fd00::5')).toBe('fd00::5');
-    expect(new X509Certificate(generateCertificate('agent.example', 'p256').cert).subjectAltName).toBe('DNS:agent.example');
+  it('puts an IPv6 advertise address in the SAN, a name as a DNS name', async () => {
+    expect(new X509Certificate(generateCertificate('fd00::5', await generateKeys('p256')).cert).checkIP('fd00::5')).toBe('fd00::5');
+    expect(new X509Certificate(generateCertificate('agent.example', await generateKeys('p256')).cert).subjectAltName).toBe('DNS:agent.example');
   });
 
   it.each([

@@ -6,7 +6,8 @@
 // certificate builder, so ~60 lines of DER (der.ts) assemble it. That keeps the ramdisk free of an
 // openssl binary (busybox + node only) and keeps the back-dated not-before, which `openssl req -x509`
 // of OpenSSL 3.0 (Debian 12) cannot set.
-import { generateKeyPairSync, randomBytes, sign } from 'node:crypto';
+import { generateKeyPair, randomBytes, sign, type KeyObject } from 'node:crypto';
+import { promisify } from 'node:util';
 import { hostname } from 'node:os';
 import { isIP } from 'node:net';
 import { bitString, boolean, explicit, ipBytes, octetString, oid, sequence, set, time, tlv, unsignedInteger, utf8String } from './der.ts';
@@ -35,12 +36,21 @@ function altName(host: string): Buffer {
   return isIP(host) ? tlv(0x87, ipBytes(host)) : tlv(0x82, Buffer.from(host, 'ascii'));
 }
 
-export function generateCertificate(
-  advertiseHost: string,
-  curve: keyof typeof CURVES,
-  now = new Date(),
-): AgentCertificate {
-  const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: CURVES[curve] });
+export interface AgentKeys {
+  privateKey: KeyObject;
+  publicKey: KeyObject;
+}
+
+/**
+ * The certificate's key pair, made off the main thread so that a boot can make it while it waits for the
+ * conductor: under emulation (TCG) the key and the TLS setup after lookup took two seconds of boot time.
+ */
+export function generateKeys(curve: keyof typeof CURVES): Promise<AgentKeys> {
+  return promisify(generateKeyPair)('ec', { namedCurve: CURVES[curve] });
+}
+
+export function generateCertificate(advertiseHost: string, keys: AgentKeys, now = new Date()): AgentCertificate {
+  const { privateKey, publicKey } = keys;
   const name = sequence(set(sequence(oid(COMMON_NAME), utf8String(hostname() || 'ironic-node-agent'))));
   const algorithm = sequence(oid(ECDSA_SHA512));
   const serial = randomBytes(16);

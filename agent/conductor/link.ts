@@ -11,7 +11,7 @@ import type { Config } from '../config/config.ts';
 import type { Logger } from '../log.ts';
 import { realClock, type Clock } from './clock.ts';
 import { advertiseHost, callbackUrl } from './advertise.ts';
-import { generateCertificate } from './auto-tls.ts';
+import { generateCertificate, generateKeys, type AgentKeys } from './auto-tls.ts';
 import { LookupNodeError, NoNetworkError } from './errors.ts';
 import { Heartbeater, type BeatEvent, type HeartbeatTarget } from './heartbeat.ts';
 import { IronicApi } from './ironic-api.ts';
@@ -35,6 +35,8 @@ interface Boot {
   target?: HeartbeatTarget;
   server?: RunningServer;
   heartbeater?: Heartbeater;
+  /** The auto-TLS key pair, started at the beginning of the boot. */
+  keys?: Promise<AgentKeys>;
 }
 
 /** The lookup config overrides IPA applies to its own configuration. */
@@ -152,6 +154,10 @@ export class ConductorLink {
     if (this.config.apiUrls.includes('mdns')) {
       throw new LookupNodeError('ipa-api-url=mdns: finding the conductor by mDNS is not supported; give its http(s) URL');
     }
+    if (this.config.tls.autoTls) {
+      boot.keys = generateKeys(this.config.tls.certificateCurve);
+      boot.keys.catch(() => undefined);
+    }
     const versions = new VersionCache(this.api, this.config.lookup.ironicApiVersion, this.log);
     this.state.update({ phase: 'finding conductor', conductorUrl: this.api.current });
     const version = (boot.version = await versions.get(signal));
@@ -164,7 +170,7 @@ export class ConductorLink {
     const found = await this.lookup(boot);
 
     const host = await advertiseHost(this.config, this.api.current, { clock: this.clock, log: this.log, signal });
-    const tls = this.tlsFor(version, host, found.config);
+    const tls = await this.tlsFor(boot, version, host, found.config);
     boot.server = await this.agent.listen(tls);
     if (signal.aborted) return boot.server.close();
     const protocol = tls ? 'https' : this.config.advertise.protocol;
@@ -203,9 +209,9 @@ export class ConductorLink {
     return found;
   }
 
-  private tlsFor(version: number, host: string, lc: LookupConfig): TlsMaterial | undefined {
-    if (version < V_VERIFY_CA || !this.config.tls.autoTls) return undefined;
-    const { key, cert } = generateCertificate(host, this.config.tls.certificateCurve);
+  private async tlsFor(boot: Boot, version: number, host: string, lc: LookupConfig): Promise<TlsMaterial | undefined> {
+    if (version < V_VERIFY_CA || !boot.keys) return undefined;
+    const { key, cert } = generateCertificate(host, await boot.keys);
     const ciphers = lc.tlsCipherSuites ?? this.config.tls.cipherSuites;
     return { key, cert, minVersion: lc.tlsMinVersion ?? this.config.tls.minVersion, ...(ciphers ? { ciphers } : {}) };
   }
