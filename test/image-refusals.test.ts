@@ -1,7 +1,8 @@
 // Images and parameters the agent must refuse, each before the device is written: the loop device is
-// painted with a pattern first and must still carry it afterwards.
+// painted with a pattern first and must still carry it afterwards. And failures after writing began (a
+// wrong checksum, a conversion that breaks halfway): they must leave nothing that looks like a disk label.
 import { createHash } from 'node:crypto';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -179,5 +180,56 @@ describe('bad image_info', () => {
     } finally {
       await agent.close();
     }
+  });
+});
+
+/**
+ * Overwrites the start of the last compressed cluster of a compressed qcow2 with bytes that do not
+ * inflate. The header and tables stay valid, so the image passes inspection and qemu-img's scan of the
+ * allocation, but the conversion fails with an I/O error when it reads that cluster, after it has written
+ * the clusters before it.
+ */
+async function corruptLastCluster(qcow2: string): Promise<void> {
+  const fh = await open(qcow2, 'r+');
+  try {
+    const header = Buffer.alloc(48);
+    await fh.read(header, 0, 48, 0);
+    const clusterBits = header.readUInt32BE(20);
+    const clusterBytes = 2 ** clusterBits;
+    const l1Size = header.readUInt32BE(36);
+    const l1 = Buffer.alloc(l1Size * 8);
+    await fh.read(l1, 0, l1.length, Number(header.readBigUInt64BE(40)));
+    let last = -1n;
+    for (let i = 0; i < l1Size; i++) {
+      const l2 = Number(l1.readBigUInt64BE(i * 8) & 0x00fffffffffffe00n);
+      if (l2 === 0) continue;
+      const table = Buffer.alloc(clusterBytes);
+      await fh.read(table, 0, clusterBytes, l2);
+      for (let j = 0; j < clusterBytes / 8; j++) {
+        const e = table.readBigUInt64BE(j * 8);
+        if (e & (1n << 62n)) last = e;
+      }
+    }
+    if (last < 0n) throw new Error('the qcow2 has no compressed cluster');
+    const offset = Number(last & ((1n << BigInt(62 - (clusterBits - 8))) - 1n));
+    await fh.write(Buffer.alloc(64, 0xff), 0, 64, offset);
+  } finally {
+    await fh.close();
+  }
+}
+
+describe('a conversion that fails halfway', () => {
+  it('fails with ImageWriteError and leaves nothing that looks like a disk label', async () => {
+    const img = await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 14, name: 'halfway.raw', randomKiB: 10 * 1024 });
+    const qcow2 = `${img.path}.qcow2`;
+    await execa('qemu-img', ['convert', '-q', '-c', '-f', 'raw', '-O', 'qcow2', img.path, qcow2]);
+    await corruptLastCluster(qcow2);
+    const r = await deployFile(qcow2, { disk_format: 'qcow2' });
+    expect(r.command_status).toBe('FAILED');
+    expect(r.command_error!.type).toBe('ImageWriteError');
+    expect(r.command_error!.details).toMatch(/Writing image to device .* failed with exit code 1/);
+    expect((await readDevice(loop.path, 0, MiB)).equals(Buffer.alloc(MiB))).toBe(true);
+    const parted = await execa('parted', ['-s', '-m', loop.path, 'print'], { reject: false });
+    expect(parted.stdout + parted.stderr).toMatch(/unrecognised disk label/i);
   });
 });
