@@ -1,9 +1,9 @@
 // `npm run bench`: how fast the agent deploys compared with the plain tools, on this machine. One raw
 // image (BENCH_SIZE, default 2G) served over loopback HTTP, written to a sparse loop device, each case
 // BENCH_REPS times (default 3); prints the medians, the ratios to the baselines, and the agent's peak
-// RSS while streaming. The agent runs as its own process (bundled as in the ramdisk), standalone, limited
-// to the loop device; its
-// time is from the POST to the final result, follow-up commands included. Not a test: no pass/fail.
+// RSS per case. The agent runs as its own process (bundled and started as in the ramdisk), standalone,
+// limited to the loop device; its time is from the POST to the final result, follow-up commands included.
+// Not a test: no pass/fail.
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
 import { mkdtemp, open, readFile, rm } from 'node:fs/promises';
