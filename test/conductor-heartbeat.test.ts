@@ -131,6 +131,18 @@ describe('heartbeat schedule', () => {
     expect(gaps(beats)[3]).toBeGreaterThanOrEqual(90_000);
   });
 
+  it('beats when due even if the sleeps add up a hair short in floating point (no extra loop pause)', async () => {
+    // With this draw the retry interval is 5200.2 ms, and 1e6 + 5200 + 0.2 - 1e6 comes out just below it.
+    const { hb, beats, fake } = await setup(300, new VirtualClock(), () => 0.04004);
+    fake.queueHeartbeat(500, 500);
+    hb.start();
+    await beatsUntil(beats, 2);
+    await hb.stop();
+    expect(beats[0]!.nextIntervalMs).toBeCloseTo(5200.2, 6);
+    expect(gaps(beats)[0]).toBeGreaterThanOrEqual(5199.2);
+    expect(gaps(beats)[0]).toBeLessThan(5201.2);
+  });
+
   it('treats an unreachable conductor as an error', async () => {
     const { hb, beats, fake } = await setup(300);
     await fake.close();

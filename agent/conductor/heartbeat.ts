@@ -12,6 +12,11 @@ import { V_AGENT_VERSION, V_TOKEN, V_VERIFY_CA, versionHeader } from './versions
 const MAX_WAIT_MS = 5000;
 const FORCED_GAP_MS = 5000;
 const LOOP_PAUSE_MS = 100;
+/**
+ * A wake-up this close to the due time counts as due: sums of fractional milliseconds can land a hair
+ * short of the interval, and the loop would then wait a whole LOOP_PAUSE_MS more.
+ */
+const DUE_SLACK_MS = 1;
 const TOKEN_REJECTED = 'Invalid or missing agent token';
 
 export interface HeartbeatTarget {
@@ -112,7 +117,7 @@ export class Heartbeater extends EventEmitter<HeartbeaterEvents> {
       if (this.wake.signal.aborted) this.wake = new AbortController();
       if (this.stopped) break;
       const since = clock.now() - this.previous;
-      if (since >= this.intervalMs || (this.forced && since > FORCED_GAP_MS)) await this.beat();
+      if (since >= this.intervalMs - DUE_SLACK_MS || (this.forced && since > FORCED_GAP_MS)) await this.beat();
       if (!this.stopped) await clock.sleep(LOOP_PAUSE_MS, this.wake.signal);
     }
   }
