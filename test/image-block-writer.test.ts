@@ -35,6 +35,14 @@ async function fill(path: string, size: number, byte: number): Promise<void> {
   }
 }
 
+/** Writes `bytes` random bytes to `device` through a writer limited to `limit`; returns what the write threw. */
+async function writeFailing(device: string, limit: number, bytes: number): Promise<unknown> {
+  const writer = await BlockWriter.open(device, limit, new DeviceGuard([device]));
+  const err = await pipeline(chunked(randomBytes(bytes)), writer).then(() => undefined, (e: unknown) => e);
+  await writer.release();
+  return err;
+}
+
 describe('BlockWriter', () => {
   it('writes a device with direct I/O, the short tail included, and nothing past the image', async () => {
     await withLoops([16 * MiB], async ([dev]) => {
@@ -52,9 +60,7 @@ describe('BlockWriter', () => {
 
   it('refuses more bytes than its limit before writing them', async () => {
     await withLoops([8 * MiB], async ([dev]) => {
-      const writer = await BlockWriter.open(dev!.path, 3 * MiB, new DeviceGuard([dev!.path]));
-      const err = await pipeline(chunked(randomBytes(4 * MiB)), writer).catch((e: unknown) => e);
-      await writer.release();
+      const err = await writeFailing(dev!.path, 3 * MiB, 4 * MiB);
       expect(err).toBeInstanceOf(TooLargeError);
       expect((err as Error).message).toContain(`larger than the ${3 * MiB} bytes ${dev!.path} can hold`);
     });
@@ -62,9 +68,7 @@ describe('BlockWriter', () => {
 
   it('fails with ImageWriteError when the device ends before the image does', async () => {
     await withLoops([4 * MiB], async ([dev]) => {
-      const writer = await BlockWriter.open(dev!.path, 64 * MiB, new DeviceGuard([dev!.path]));
-      const err = await pipeline(chunked(randomBytes(12 * MiB)), writer).catch((e: unknown) => e);
-      await writer.release();
+      const err = await writeFailing(dev!.path, 64 * MiB, 12 * MiB);
       expect(err).toBeInstanceOf(ImageWriteError);
       expect((err as Error).message).toMatch(new RegExp(`writing ${dev!.path} at byte \\d+ failed`));
     });

@@ -66,7 +66,7 @@ export class BlockWriter extends Writable {
       const fh = guard ? await open(path, constants.O_RDWR | constants.O_DIRECT) : await open(path, 'w');
       return new BlockWriter({ fh, path, direct: !!guard }, blocks, limit);
     } catch (err) {
-      throw new ImageWriteError(`cannot open ${path} for writing: ${errorText(err)}`);
+      throw new ImageWriteError(`cannot open ${path} for writing${guard ? ' with direct I/O (O_DIRECT)' : ''}: ${errorText(err)}`);
     }
   }
 
