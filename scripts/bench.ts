@@ -46,24 +46,38 @@ async function sha(path: string, algo: string): Promise<string> {
   return hash.digest('hex');
 }
 
-async function timed(fn: () => Promise<void>): Promise<number> {
-  await execa('sync');
-  const start = process.hrtime.bigint();
-  await fn();
-  return Number(process.hrtime.bigint() - start) / 1e9;
+interface Run {
+  seconds: number;
+  /** CPU time of every process involved (user + system, children included), the image server excepted. */
+  cpuSeconds: number;
 }
 
-const sh = (script: string) => () => execa('sh', ['-c', script]).then(() => undefined);
-
-interface AgentRun {
-  seconds: number;
+interface AgentRun extends Run {
   idleRssBytes: number;
   peakRssBytes: number;
+}
+
+/** A baseline shell pipeline; bash's `times` gives the CPU its commands used. */
+async function baseline(script: string): Promise<Run> {
+  await execa('sync');
+  const start = process.hrtime.bigint();
+  const { stdout } = await execa('bash', ['-c', `${script}\ntimes`]);
+  const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+  const children = stdout.trim().split('\n').at(-1)!;
+  const cpuSeconds = [...children.matchAll(/(\d+)m([\d.]+)s/g)].reduce((sum, m) => sum + Number(m[1]) * 60 + Number(m[2]), 0);
+  return { seconds, cpuSeconds };
 }
 
 async function rss(pid: number, field: 'VmRSS' | 'VmHWM'): Promise<number> {
   const status = await readFile(`/proc/${pid}/status`, 'utf8');
   return Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0) * 1024;
+}
+
+/** utime + stime + cutime + cstime of a live process, in seconds (clock ticks are 1/100 s on Linux). */
+async function cpuTime(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return fields.slice(11, 15).reduce((sum, f) => sum + Number(f), 0) / 100;
 }
 
 /** The agent as the ramdisk ships it: one esbuild bundle run by plain node (no TypeScript loader). */
@@ -98,6 +112,7 @@ async function agentDeploy(device: string, bufferDir: string, imageInfo: Record<
       void child.then(() => reject(new Error('agent exited')));
     });
     const idleRssBytes = await rss(child.pid!, 'VmRSS');
+    const idleCpu = await cpuTime(child.pid!);
     let seconds = 0;
     await execa('sync');
     const start = process.hrtime.bigint();
@@ -109,7 +124,7 @@ async function agentDeploy(device: string, bufferDir: string, imageInfo: Record<
     }
     seconds = Number(process.hrtime.bigint() - start) / 1e9;
     if (cmd.command_status !== 'SUCCEEDED') throw new Error(`agent deploy failed: ${JSON.stringify(cmd.command_error)}`);
-    return { seconds, idleRssBytes, peakRssBytes: await rss(child.pid!, 'VmHWM') };
+    return { seconds, cpuSeconds: (await cpuTime(child.pid!)) - idleCpu, idleRssBytes, peakRssBytes: await rss(child.pid!, 'VmHWM') };
   } finally {
     child.kill('SIGTERM');
     await child;
@@ -155,23 +170,23 @@ async function main(): Promise<void> {
     const fetched = join(bufferDir, 'fetched.qcow2');
     const info = (id: string, url: string, extra: Record<string, unknown>) => ({ id, urls: [url], stream_raw_images: true, ...extra });
 
-    const cases: { name: string; group: string; run: () => Promise<number | AgentRun> }[] = [
-      { name: 'curl | dd', group: 'raw', run: () => timed(sh(`curl -sf ${urls.raw} | dd of=${dev} bs=1M oflag=direct status=none`)) },
+    const cases: { name: string; group: string; run: () => Promise<Run | AgentRun> }[] = [
+      { name: 'curl | dd', group: 'raw', run: () => baseline(`curl -sf ${urls.raw} | dd of=${dev} bs=1M oflag=direct status=none`) },
       { name: 'agent raw sha256', group: 'raw', run: () => agentDeploy(dev, bufferDir, info('raw', urls.raw, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.raw256 })) },
       { name: 'agent raw md5', group: 'raw', run: () => agentDeploy(dev, bufferDir, info('raw', urls.raw, { disk_format: 'raw', os_hash_algo: 'md5', os_hash_value: digests.rawMd5 })) },
-      { name: 'curl | gzip -dc | dd', group: 'gzip', run: () => timed(sh(`curl -sf ${urls.gz} | gzip -dc | dd of=${dev} bs=1M oflag=direct status=none`)) },
+      { name: 'curl | gzip -dc | dd', group: 'gzip', run: () => baseline(`curl -sf ${urls.gz} | gzip -dc | dd of=${dev} bs=1M oflag=direct status=none`) },
       { name: 'agent gzip', group: 'gzip', run: () => agentDeploy(dev, bufferDir, info('gz', urls.gz, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.gz })) },
-      { name: 'curl | zstd -dc | dd', group: 'zstd', run: () => timed(sh(`curl -sf ${urls.zst} | zstd -dc | dd of=${dev} bs=1M oflag=direct status=none`)) },
+      { name: 'curl | zstd -dc | dd', group: 'zstd', run: () => baseline(`curl -sf ${urls.zst} | zstd -dc | dd of=${dev} bs=1M oflag=direct status=none`) },
       { name: 'agent zstd', group: 'zstd', run: () => agentDeploy(dev, bufferDir, info('zst', urls.zst, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.zst })) },
       // The target's baseline converts as IPA does (every write O_DIRECT|O_DSYNC); the second one with the
       // agent's own choice (O_DIRECT, one flush at the end), to show what the rest of the agent costs.
       {
         name: 'curl > f && qemu-img convert', group: 'qcow2',
-        run: () => timed(sh(`curl -sf -o ${fetched} ${urls.qcow2} && qemu-img convert -f qcow2 -O host_device -t directsync -S 0 -W ${fetched} ${dev} && rm -f ${fetched}`)),
+        run: () => baseline(`curl -sf -o ${fetched} ${urls.qcow2} && qemu-img convert -f qcow2 -O host_device -t directsync -S 0 -W ${fetched} ${dev} && rm -f ${fetched}`),
       },
       {
         name: 'curl > f && qemu-img -t none', group: 'qcow2',
-        run: () => timed(sh(`curl -sf -o ${fetched} ${urls.qcow2} && qemu-img convert -f qcow2 -O host_device -t none -S 0 -W ${fetched} ${dev} && sync ${dev} && rm -f ${fetched}`)),
+        run: () => baseline(`curl -sf -o ${fetched} ${urls.qcow2} && qemu-img convert -f qcow2 -O host_device -t none -S 0 -W ${fetched} ${dev} && sync ${dev} && rm -f ${fetched}`),
       },
       { name: 'agent qcow2', group: 'qcow2', run: () => agentDeploy(dev, bufferDir, info('qcow2', urls.qcow2, { disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: digests.qcow2 })) },
     ];
@@ -180,26 +195,30 @@ async function main(): Promise<void> {
     const only = process.env.BENCH_ONLY?.split(',');
     const selected = only ? cases.filter((c) => only.includes(c.group)) : cases;
     const seconds = new Map<string, number[]>();
+    const cpu = new Map<string, number[]>();
     const peaks = new Map<string, number>();
     const idles: number[] = [];
     for (let rep = 1; rep <= REPS; rep++) {
       // Every other repetition runs the cases in reverse, so that neither side always runs first.
       for (const c of rep % 2 === 1 ? selected : [...selected].reverse()) {
         const out = await c.run();
-        const s = typeof out === 'number' ? out : out.seconds;
-        if (typeof out !== 'number') {
+        const s = out.seconds;
+        if ('peakRssBytes' in out) {
           peaks.set(c.name, Math.max(peaks.get(c.name) ?? 0, out.peakRssBytes));
           idles.push(out.idleRssBytes);
         }
         seconds.set(c.name, [...(seconds.get(c.name) ?? []), s]);
-        console.log(`  rep ${rep}  ${c.name.padEnd(30)} ${s.toFixed(2)} s`);
+        cpu.set(c.name, [...(cpu.get(c.name) ?? []), out.cpuSeconds]);
+        console.log(`  rep ${rep}  ${c.name.padEnd(30)} ${s.toFixed(2)} s  (CPU ${out.cpuSeconds.toFixed(2)} s)`);
       }
     }
 
     const m = (name: string) => median(seconds.get(name)!);
     const mibs = (name: string) => (SIZE / MiB / m(name)).toFixed(0);
     console.log(`\nMedians over ${REPS} runs, ${SIZE / MiB} MiB image, ${(await execa('nproc')).stdout} CPUs:`);
-    for (const name of seconds.keys()) console.log(`  ${name.padEnd(30)} ${m(name).toFixed(2)} s  (${mibs(name)} MiB/s of image)`);
+    for (const name of seconds.keys()) {
+      console.log(`  ${name.padEnd(30)} ${m(name).toFixed(2)} s  (${mibs(name)} MiB/s of image; CPU ${median(cpu.get(name)!).toFixed(2)} s)`);
+    }
     // Each repetition runs a baseline and its agent case back to back, so the ratio is taken per repetition
     // and then the median: the machine's speed drifts between repetitions more than within one.
     const ratio = (a: string, b: string, target: number) => {

@@ -5,7 +5,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { attachLoop, detachLoop, MiB, type LoopDevice } from './helpers/loop.ts';
 import { isPainted, paint, readDevice, runToEnd, startImageAgent } from './helpers/image-agent.ts';
 import { selfSignedCert, startImageServer, startProxy, type ImageServer } from './helpers/image-server.ts';
-import { makeDiskImage, workDir } from './helpers/make-image.ts';
+import { compress, makeDiskImage, workDir } from './helpers/make-image.ts';
 import { readFile } from 'node:fs/promises';
 import { execa } from 'execa';
 
@@ -188,5 +188,42 @@ describe('image download faults', () => {
     const r = await deploy([url], { image_request_authorization: Buffer.from(header).toString('base64') });
     expect(r.command_error).toBeNull();
     expect(s.requests[0]!.authorization).toBe(header);
+  });
+});
+
+describe('a zstd image (decoded by `zstd -dc | dd`) under the same faults', () => {
+  let packed: Buffer;
+  let packedDigest: string;
+
+  beforeAll(async () => {
+    // Mostly random, so that the packed image is several MiB and the faults land in its middle. From here
+    // on, `image` and `digest` (what must land on the disk) describe this image.
+    const img = await makeDiskImage(work.dir, { table: 'mbr', sizeMiB: 10, name: 'faults-zstd.raw', randomKiB: 4096 });
+    image = await readFile(img.path);
+    digest = createHash('sha256').update(image).digest('hex');
+    packed = await readFile(await compress(img.path, 'zstd'));
+    packedDigest = createHash('sha256').update(packed).digest('hex');
+    expect(packed.length).toBeGreaterThan(3 * MiB);
+  });
+
+  it('resumes mid-stream with ranges, the decoder carrying on', async () => {
+    const s = await server();
+    const url = s.serve('img.zst', packed);
+    s.fault('img.zst', { kind: 'close-after', bytes: 1 * MiB });
+    const r = await deploy([url], { os_hash_value: packedDigest });
+    expect(r.command_error).toBeNull();
+    expect(s.requests.map((q) => q.status)).toEqual([200, 206]);
+    await expectImageOnDisk();
+  });
+
+  it('starts over from byte zero without ranges, with a fresh decoder', async () => {
+    const s = await server({ ranges: false });
+    const url = s.serve('img.zst', packed);
+    s.fault('img.zst', { kind: 'close-after', bytes: 2 * MiB });
+    await paint(loop.path, loop.sizeBytes);
+    const r = await deploy([url], { os_hash_value: packedDigest });
+    expect(r.command_error).toBeNull();
+    expect(s.requests.map((q) => [q.range ?? null, q.status])).toEqual([[null, 200], [null, 200]]);
+    await expectImageOnDisk();
   });
 });

@@ -76,6 +76,11 @@ describe('refused before the device is written', () => {
     await expectRefused(await deployFile(qcow2, { disk_format: 'raw', stream_raw_images: false }), 'InvalidImage', /actually qcow2/);
   });
 
+  it.each(['zstd', 'xz'] as const)('a %s-packed qcow2 image that claims to be raw, streamed', async (kind) => {
+    const packed = await compress(await toQcow2(small.path, join(work.dir, `disguised-${kind}.qcow2`)), kind);
+    await expectRefused(await deployFile(packed, { disk_format: 'raw', stream_raw_images: true }), 'InvalidImage', /actually qcow2/);
+  });
+
   it('a raw image that claims to be qcow2', async () => {
     await expectRefused(await deployFile(small.path, { disk_format: 'qcow2' }), 'InvalidImage', /Expected format was qcow2, but image was actually raw/);
   });
@@ -148,9 +153,7 @@ describe('checksum mismatch', () => {
     expect(r.command_error!.type).toBe('ImageChecksumError');
     expect(r.command_error!.details).toContain(`image checksum: ${wrong}`);
     expect(r.command_error!.details).toContain(`verification checksum: ${await sha256Of(small.path)}`);
-    expect((await readDevice(loop.path, 0, MiB)).equals(Buffer.alloc(MiB))).toBe(true);
-    const parted = await execa('parted', ['-s', '-m', loop.path, 'print'], { reject: false });
-    expect(parted.stdout + parted.stderr).toMatch(/unrecognised disk label/i);
+    await expectNoDiskLabel();
   });
 });
 
@@ -218,6 +221,37 @@ async function corruptLastCluster(qcow2: string): Promise<void> {
   }
 }
 
+/** Nothing on the device that a firmware or an installer would take for a disk label. */
+async function expectNoDiskLabel(): Promise<void> {
+  expect((await readDevice(loop.path, 0, MiB)).equals(Buffer.alloc(MiB))).toBe(true);
+  const parted = await execa('parted', ['-s', '-m', loop.path, 'print'], { reject: false });
+  expect(parted.stdout + parted.stderr).toMatch(/unrecognised disk label/i);
+}
+
+describe('a packed image that goes wrong after writing began', () => {
+  it.each(['zstd', 'xz'] as const)('%s: data broken past the head fails as an invalid image, and no disk label is left', async (kind) => {
+    const img = await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 14, name: `late-${kind}.raw`, randomKiB: 10 * 1024 });
+    const packed = await readFile(await compress(img.path, kind));
+    for (let i = packed.length - 64 * 1024; i < packed.length - 100; i += 97) packed[i] = packed[i]! ^ 0x5a;
+    const file = join(work.dir, `late-broken.${kind}`);
+    await writeFile(file, packed);
+    const r = await deployFile(file, { disk_format: 'raw', stream_raw_images: true });
+    expect(r.command_status).toBe('FAILED');
+    expect(r.command_error!.type).toBe('InvalidImage');
+    expect(r.command_error!.details).toMatch(new RegExp(`${kind} data could not be decompressed`));
+    await expectNoDiskLabel();
+  });
+
+  it('zstd: an image that decodes to more than the disk fails as too large, and no disk label is left', async () => {
+    const big = await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 24, name: 'big-packed.raw', randomKiB: 64 });
+    const r = await deployFile(await compress(big.path, 'zstd'), { disk_format: 'raw', stream_raw_images: true });
+    expect(r.command_status).toBe('FAILED');
+    expect(r.command_error!.type).toBe('ImageWriteError');
+    expect(r.command_error!.details).toMatch(/decompressed image is larger than/);
+    await expectNoDiskLabel();
+  });
+});
+
 describe('a conversion that fails halfway', () => {
   it('fails with ImageWriteError and leaves nothing that looks like a disk label', async () => {
     const img = await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 14, name: 'halfway.raw', randomKiB: 10 * 1024 });
@@ -228,8 +262,6 @@ describe('a conversion that fails halfway', () => {
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error!.type).toBe('ImageWriteError');
     expect(r.command_error!.details).toMatch(/Writing image to device .* failed with exit code 1/);
-    expect((await readDevice(loop.path, 0, MiB)).equals(Buffer.alloc(MiB))).toBe(true);
-    const parted = await execa('parted', ['-s', '-m', loop.path, 'print'], { reject: false });
-    expect(parted.stdout + parted.stderr).toMatch(/unrecognised disk label/i);
+    await expectNoDiskLabel();
   });
 });

@@ -38,38 +38,38 @@ function decoder(kind: Exclude<Compression, 'none'>): Decoder {
   return { input: child.stdin!, output: child.stdout!, done: child };
 }
 
-/**
- * A pipeline stage that passes plain data through and decompresses gzip/zstd/xz data; `onDetect` hears
- * which one it found before any byte leaves the stage.
- */
-export function decompressStage(onDetect: (kind: Compression) => void) {
-  return async function* decompress(source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
-    const it = source[Symbol.asyncIterator]();
-    const headParts: Buffer[] = [];
-    let headLength = 0;
-    while (headLength < 6) {
+/** Reads enough of a stream to tell its compression; `chunks` then replays the stream from its first byte. */
+export async function sniffCompression(source: AsyncIterable<Buffer>): Promise<{ kind: Compression; chunks: AsyncIterable<Buffer> }> {
+  const it = source[Symbol.asyncIterator]();
+  const headParts: Buffer[] = [];
+  let headLength = 0;
+  while (headLength < 6) {
+    const r = await it.next();
+    if (r.done) break;
+    headParts.push(r.value);
+    headLength += r.value.length;
+  }
+  const head = Buffer.concat(headParts);
+  async function* chunks(): AsyncGenerator<Buffer> {
+    if (head.length > 0) yield head;
+    for (;;) {
       const r = await it.next();
-      if (r.done) break;
-      headParts.push(r.value);
-      headLength += r.value.length;
+      if (r.done) return;
+      yield r.value;
     }
-    const head = Buffer.concat(headParts);
-    const kind = detectCompression(head);
-    onDetect(kind);
-    async function* everything(): AsyncGenerator<Buffer> {
-      if (head.length > 0) yield head;
-      for (;;) {
-        const r = await it.next();
-        if (r.done) return;
-        yield r.value;
-      }
-    }
+  }
+  return { kind: detectCompression(head), chunks: chunks() };
+}
+
+/** A pipeline stage that decodes data of the given compression inside the agent; plain data passes through. */
+export function decodeStage(kind: Compression) {
+  return async function* decode(source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
     if (kind === 'none') {
-      yield* everything();
+      yield* source;
       return;
     }
     const tool = decoder(kind);
-    const feeding = pipeline(Readable.from(everything()), tool.input);
+    const feeding = pipeline(Readable.from(source), tool.input);
     feeding.catch(() => undefined);
     tool.done.catch(() => undefined);
     try {
@@ -84,5 +84,13 @@ export function decompressStage(onDetect: (kind: Compression) => void) {
       tool.input.destroy();
       tool.output.destroy();
     }
+  };
+}
+
+/** Sniffing and decoding as one stage, for the buffer path, where the agent decodes every kind itself. */
+export function decompressStage() {
+  return async function* decompress(source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+    const { kind, chunks } = await sniffCompression(source);
+    yield* decodeStage(kind)(chunks);
   };
 }

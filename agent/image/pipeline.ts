@@ -1,10 +1,11 @@
 // The deploy data path, in one place. Stream path (raw images with stream_raw_images):
-//   download ─▶ hash + count ─▶ decompress (gzip/zstd/xz by magic) ─▶ head gate ─▶ device
+//   download ─▶ hash + count ─▶ plain or gzip: decode in the agent ─▶ head gate ─▶ device
+//                            └▶ zstd or xz: decoded-head gate ─▶ `zstd|xz -dc | dd` ─▶ device
 // Buffered path (everything else):
 //   download ─▶ hash + count ─▶ decompress ─▶ buffer file ─▶ verify ─▶ inspect ─▶ qemu-img / copy ─▶ device
 // The hash covers the downloaded bytes and runs on a worker thread (hash-worker.ts), the disk writes run
 // in libuv's pool with several in flight (block-writer.ts), so the main thread only moves bytes and the
-// three overlap. A broken download resumes inside fetch.ts where the server allows it; otherwise the
+// three overlap. zstd and xz output skips the agent altogether (device-decoder.ts). A broken download resumes inside fetch.ts where the server allows it; otherwise the
 // whole attempt is retried from byte zero.
 import { createReadStream } from 'node:fs';
 import { open, rm, stat } from 'node:fs/promises';
@@ -16,7 +17,8 @@ import { bufferBudget, bufferPath, ImageDownloadOutofSpaceError } from './buffer
 import { expectedDigest, imageFileNames, parseChecksumFile, verifyDigest, type ExpectedDigest } from './checksum.ts';
 import { convertToDevice } from './convert.ts';
 import { HashWorker } from './hash-worker.ts';
-import { decompressStage, type Compression } from './decompress.ts';
+import { decodeStage, decompressStage, sniffCompression, type Compression } from './decompress.ts';
+import { decodedHeadGate, DeviceDecoder } from './device-decoder.ts';
 import { Dispatchers } from './dispatchers.ts';
 import { ImageDownloadFatalError, ImageFetcher, type OpenedImage } from './fetch.ts';
 import type { ImageInfo } from './image-info.ts';
@@ -155,55 +157,62 @@ async function wipeAfterFailure(device: TargetDevice, job: PipelineJob): Promise
 async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: ExpectedDigest): Promise<number> {
   const { info, device, meter } = job;
   const { guard, log } = job.services;
-  const writer = await BlockWriter.open(device.path, device.size, guard);
+  let sink = null as BlockWriter | DeviceDecoder | null;
   let compression: Compression = 'none';
   let written: Buffer = Buffer.alloc(0);
+  let bytes = 0;
   let touched = false;
   let url = info.urls[0]!;
   try {
     const image = await fetcher.open(info.urls);
     url = image.url;
     meter.start('stream', image.totalBytes ?? null);
+    const checkHead = async (head: Buffer) => {
+      // Raw images are copied byte for byte and never given to qemu-img, so a container format that
+      // claims to be raw is refused here rather than written.
+      const found = inspectImage(head);
+      if (found.format !== 'raw') refuseUnsafe(found, 'raw', ['raw'], true);
+      if (compression === 'none' && image.totalBytes !== undefined && image.totalBytes > device.size) {
+        throw new TooLargeError(`the image (${image.totalBytes} bytes) is larger than ${device.path} (${device.size} bytes)`);
+      }
+      written = head;
+      touched = true;
+      await clearSignatures(device.path, device.size, guard, log);
+    };
     const digest = await withHashWorker(expected.algo, async (hash) => {
-      await pipeline(
-        image.body,
-        tap(hash, meter),
-        decompressStage((kind) => (compression = kind)),
-        headGate(INSPECT_HEAD_BYTES, async (head) => {
-          // Raw images are copied byte for byte and never given to qemu-img, so a container format that
-          // claims to be raw is refused here rather than written.
-          const found = inspectImage(head);
-          if (found.format !== 'raw') refuseUnsafe(found, 'raw', ['raw'], true);
-          if (compression === 'none' && image.totalBytes !== undefined && image.totalBytes > device.size) {
-            throw new TooLargeError(`the image (${image.totalBytes} bytes) is larger than ${device.path} (${device.size} bytes)`);
-          }
-          written = head;
-          touched = true;
-          await clearSignatures(device.path, device.size, guard, log);
-        }),
-        writer,
-      );
+      await pipeline(image.body, tap(hash, meter), async (downloaded: AsyncIterable<Buffer>) => {
+        const sniffed = await sniffCompression(downloaded);
+        compression = sniffed.kind;
+        if (sniffed.kind === 'zstd' || sniffed.kind === 'xz') {
+          const decoder = (sink = await DeviceDecoder.start(sniffed.kind, device.path, guard));
+          bytes = await decoder.write(decodedHeadGate(sniffed.kind, INSPECT_HEAD_BYTES, checkHead)(sniffed.chunks));
+        } else {
+          const writer = (sink = await BlockWriter.open(device.path, device.size, guard));
+          await pipeline(sniffed.chunks, decodeStage(sniffed.kind), headGate(INSPECT_HEAD_BYTES, checkHead), writer);
+          bytes = writer.written;
+        }
+      });
       return hash.digest();
     });
     verifyDigest(expected, digest, info.id, url);
   } catch (err) {
     // Whatever reached the disk is unverified: once the last write landed, leave nothing that looks bootable.
-    await writer.release();
+    await sink?.release();
     if (touched) await wipeAfterFailure(device, job);
     throw err;
   } finally {
-    await writer.release();
+    await sink?.release();
   }
-  log.info({ bytes: writer.written, compression, device: device.path, checksum: expected.algo }, 'image streamed and verified');
+  log.info({ bytes, compression, device: device.path, checksum: expected.algo }, 'image streamed and verified');
   await settlePartitionTable(device, written, guard, log);
-  return writer.written;
+  return bytes;
 }
 
 async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: string, expected: ExpectedDigest, limit: number): Promise<void> {
   const writer = await BlockWriter.open(file, limit, null);
   try {
     const digest = await withHashWorker(expected.algo, async (hash) => {
-      await pipeline(image.body, tap(hash, job.meter), decompressStage(() => undefined), writer);
+      await pipeline(image.body, tap(hash, job.meter), decompressStage(), writer);
       return hash.digest();
     });
     verifyDigest(expected, digest, job.info.id, image.url);

@@ -1,0 +1,131 @@
+// zstd and xz on the stream path: the gate that decodes just the head of an image before anything is
+// written (small images, decompression bombs, streams that hide their data behind skippable frames), and
+// `<tool> -dc | dd` onto a real loop device (the bytes, the count, a device too small, broken data).
+import { randomBytes } from 'node:crypto';
+import { execa } from 'execa';
+import { describe, expect, it } from 'vitest';
+import { decodedHeadGate, DeviceDecoder } from '../agent/image/device-decoder.ts';
+import { TooLargeError } from '../agent/image/block-writer.ts';
+import { InvalidImage } from '../agent/errors.ts';
+import { DeviceGuard } from '../agent/safety/device-guard.ts';
+import { readDevice } from './helpers/image-agent.ts';
+import { MiB, withLoops } from './helpers/loop.ts';
+
+const HEAD = 64 * 1024;
+
+async function pack(kind: 'zstd' | 'xz', data: Buffer): Promise<Buffer> {
+  const { stdout } = await execa(kind, kind === 'zstd' ? ['-q', '-c', '-1'] : ['-c', '-0'], { input: data, encoding: 'buffer' });
+  return Buffer.from(stdout);
+}
+
+/** The bytes in pieces (16 KiB by default), counting how many the consumer pulled. */
+function pieces(data: Buffer, pulled = { bytes: 0 }, size = 16384): AsyncIterable<Buffer> {
+  return (async function* () {
+    for (let at = 0; at < data.length; at += size) {
+      const piece = data.subarray(at, at + size);
+      pulled.bytes += piece.length;
+      yield piece;
+    }
+  })();
+}
+
+async function drain(source: AsyncIterable<Buffer>): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const chunk of source) parts.push(chunk);
+  return Buffer.concat(parts);
+}
+
+describe.each(['zstd', 'xz'] as const)('%s: the decoded-head gate', (kind) => {
+  it('hands the whole image to the check when it is smaller than the head, and passes every byte on', async () => {
+    const image = randomBytes(20_000);
+    const packed = await pack(kind, image);
+    let seen: Buffer | undefined;
+    const out = await drain(decodedHeadGate(kind, HEAD, async (head) => void (seen = head))(pieces(packed)));
+    expect(seen!.equals(image)).toBe(true);
+    expect(out.equals(packed)).toBe(true);
+  });
+
+  it('stops decoding at the head of a decompression bomb (64 GiB of zeros), having held back little', async () => {
+    // Concatenated frames (streams, for xz) are one valid image: 1024 × 64 MiB of zeros.
+    const packed = Buffer.concat(Array(1024).fill(await pack(kind, Buffer.alloc(64 * MiB))));
+    const pulled = { bytes: 0 };
+    let seen: Buffer | undefined;
+    let pulledAtCheck = 0;
+    const out = await drain(
+      decodedHeadGate(kind, HEAD, async (head) => {
+        seen = head;
+        pulledAtCheck = pulled.bytes;
+      })(pieces(packed, pulled, 4096)),
+    );
+    expect(seen!.equals(Buffer.alloc(HEAD))).toBe(true);
+    expect(pulledAtCheck).toBeLessThan(packed.length / 2);
+    expect(out.equals(packed)).toBe(true);
+  });
+
+  it('refuses when the check refuses, before passing anything on', async () => {
+    const packed = await pack(kind, randomBytes(200_000));
+    const passed: Buffer[] = [];
+    const gate = decodedHeadGate(kind, HEAD, async () => {
+      throw new InvalidImage('refused by the check');
+    })(pieces(packed));
+    await expect(
+      (async () => {
+        for await (const chunk of gate) passed.push(chunk);
+      })(),
+    ).rejects.toThrow(/refused by the check/);
+    expect(passed).toEqual([]);
+  });
+
+  it('fails data broken at its start as an invalid image', async () => {
+    const packed = await pack(kind, randomBytes(200_000));
+    // The magic stays; the headers after it do not.
+    for (let i = 6; i < 16; i++) packed[i] = packed[i]! ^ 0xa5;
+    await expect(drain(decodedHeadGate(kind, HEAD, async () => undefined)(pieces(packed)))).rejects.toThrow(
+      new RegExp(`${kind} data could not be decompressed`),
+    );
+  });
+});
+
+it('zstd: refuses a stream whose first 8 MiB decode to nothing (a skippable frame hiding the image)', async () => {
+  const hidden = Buffer.alloc(8 + 9 * MiB);
+  hidden.writeUInt32LE(0x184d2a50, 0);
+  hidden.writeUInt32LE(9 * MiB, 4);
+  const packed = Buffer.concat([hidden, await pack('zstd', randomBytes(100_000))]);
+  await expect(drain(decodedHeadGate('zstd', HEAD, async () => undefined)(pieces(packed)))).rejects.toThrow(
+    /first 8388608 bytes of the zstd image decode to less than 65536 bytes/,
+  );
+});
+
+describe('<tool> -dc | dd onto a loop device', () => {
+  it.each(['zstd', 'xz'] as const)('%s: writes the decoded image and reports its size', async (kind) => {
+    await withLoops([8 * MiB], async ([loop]) => {
+      const image = Buffer.concat([randomBytes(3 * MiB), Buffer.alloc(MiB), randomBytes(1234)]);
+      const decoder = await DeviceDecoder.start(kind, loop!.path, new DeviceGuard([loop!.path]));
+      try {
+        expect(await decoder.write(pieces(await pack(kind, image)))).toBe(image.length);
+      } finally {
+        await decoder.release();
+      }
+      expect((await readDevice(loop!.path, 0, image.length)).equals(image)).toBe(true);
+    });
+  });
+
+  it('fails an image that decodes to more than the device holds as too large', async () => {
+    await withLoops([4 * MiB], async ([loop]) => {
+      const decoder = await DeviceDecoder.start('zstd', loop!.path, new DeviceGuard([loop!.path]));
+      try {
+        const failure = decoder.write(pieces(await pack('zstd', randomBytes(6 * MiB))));
+        await expect(failure).rejects.toBeInstanceOf(TooLargeError);
+        await expect(failure).rejects.toThrow(/larger than/);
+      } finally {
+        await decoder.release();
+      }
+    });
+  });
+
+  it('is refused by the guard for a device outside the allow-list, before any tool starts', async () => {
+    await withLoops([4 * MiB], async ([loop]) => {
+      await expect(DeviceDecoder.start('zstd', loop!.path, new DeviceGuard(['/dev/loop-not-this-one']))).rejects.toThrow(/allow/);
+    });
+  });
+});
