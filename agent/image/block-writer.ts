@@ -7,7 +7,8 @@
 // `dd oflag=direct` here, and the final sync paid for most of it; direct writes skip that copy and keep
 // the disk busy from the first block. O_DIRECT wants page-aligned memory, which ordinary Buffers are not,
 // hence WebAssembly memory (V8 maps it on page boundaries). Only a last piece shorter than a sector goes
-// through the page cache. The image buffer file is written through the page cache and never synced.
+// through the page cache. The image buffer file is written through the page cache, one block at a time
+// (the ring still lets the download run ahead), and never synced.
 import { constants } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import { Writable } from 'node:stream';
@@ -54,6 +55,8 @@ export class BlockWriter extends Writable {
   private failure: Error | null = null;
   /** Set once destroyed: a write waiting for a free block must then not start. */
   private closing = false;
+  /** The newest write; a file's next write waits for it. */
+  private lastWrite: Promise<void> = Promise.resolve();
 
   /**
    * Opens `path` for an image: a device (checked against `guard`, written with O_DIRECT) or, with a null
@@ -142,7 +145,11 @@ export class BlockWriter extends Writable {
   private submit(length: number): void {
     const slot = this.current;
     const position = this.accepted - this.fill;
-    this.inFlight[slot] = this.writeAt(this.blocks[slot]!, length, position).catch((err: Error) => {
+    const write = () => this.writeAt(this.blocks[slot]!, length, position);
+    // A file gets one write at a time: writers to one file queue on its inode lock, and parallel ones
+    // only spin there (in the agent, 2 s of system CPU per GiB into tmpfs instead of 0.5 s).
+    const started = this.target.direct ? write() : this.lastWrite.then(write);
+    this.lastWrite = this.inFlight[slot] = started.catch((err: Error) => {
       this.failure ??= err;
     });
     this.current = (slot + 1) % DEPTH;
