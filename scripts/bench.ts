@@ -1,7 +1,7 @@
 // `npm run bench`: how fast the agent deploys compared with the plain tools, on this machine. One raw
 // image (BENCH_SIZE, default 2G) served over loopback HTTP, written to a sparse loop device, each case
-// BENCH_REPS times (default 3); prints the medians, the ratios to the baselines, and the agent's peak
-// RSS per case. The agent runs as its own process (bundled and started as in the ramdisk), standalone,
+// BENCH_REPS times (default 3); prints the medians, the ratios to the baselines, the CPU time each case
+// used (all its processes; the image server excepted) and the agent's peak RSS per case. The agent runs as its own process (bundled and started as in the ramdisk), standalone,
 // limited to the loop device; its time is from the POST to the final result, follow-up commands included.
 // Not a test: no pass/fail.
 import { createHash, randomBytes } from 'node:crypto';
