@@ -16,7 +16,6 @@ export type ExternalCompression = 'zstd' | 'xz';
 /** Compressed bytes held back while looking for the head: far more than any real image needs for 64 KiB. */
 const MAX_HELD_BYTES = 8 * 1024 * 1024;
 
-
 interface Exit {
   code: number | null;
   signal: NodeJS.Signals | null;
