@@ -124,6 +124,33 @@ describe('clean extension', () => {
     });
   });
 
+  it('erase_devices shows the disk, the pass and how far it got while it runs', async () => {
+    await withLoops([128 * MiB], async ([d]) => {
+      await withAgent([d!], { 'ipa-erase-discard': 'false', 'ipa-erase-random-passes': '1' }, async (c) => {
+        const started = await c.command('clean.execute_clean_step', { step: step('erase_devices'), node: node(), ports: [], clean_version: hardwareManagerVersions() }, { wait: false });
+        expect(started.command_status).toBe('RUNNING');
+        const seen: Record<string, unknown>[] = [];
+        let last = started;
+        while (last.command_status === 'RUNNING') {
+          if (last.command_result) seen.push(last.command_result as Record<string, unknown>);
+          await new Promise((r) => setTimeout(r, 50));
+          last = (await c.lastCommand())!;
+        }
+        expect(last.command_status).toBe('SUCCEEDED');
+        expect(seen.length).toBeGreaterThan(0);
+        for (const r of seen) {
+          expect(r).toMatchObject({ phase: 'overwrite', device: d!.path, passes: 2, bytes_total: d!.sizeBytes });
+          expect(r.bytes_done as number).toBeLessThanOrEqual(d!.sizeBytes);
+        }
+        // Reports move forward: by pass, then by bytes within a pass.
+        const order = seen.map((r) => (r.pass as number) * d!.sizeBytes + (r.bytes_done as number));
+        expect(order).toEqual([...order].sort((a, b) => a - b));
+        expect(seen.some((r) => r.pass === 1 && r.data === 'random')).toBe(true);
+      });
+      expect((await readFile(d!.path)).every((b) => b === 0)).toBe(true);
+    });
+  });
+
   it('erase_devices honours the node asking for no zero pass: random data remains', async () => {
     await withLoops([8 * MiB], async ([d]) => {
       await fill(d!, 0xa5);

@@ -8,6 +8,7 @@ import { run } from '../exec.ts';
 import { listPartitions, rescanPartitions } from './partitions.ts';
 import { overwriteDevice } from './overwrite.ts';
 import { MiB } from './partition-table.ts';
+import type { ProgressMeter } from '../progress.ts';
 
 async function zeroRange(fh: Awaited<ReturnType<typeof open>>, start: number, length: number): Promise<void> {
   const zeros = Buffer.alloc(Math.min(length, MiB));
@@ -59,11 +60,13 @@ export interface EraseOptions {
 /** How the disk was erased, for the step's log and result. */
 export type EraseMethod = 'secure discard' | 'discard' | 'overwrite';
 
-export async function eraseDevice(services: Services, disk: string, sizeBytes: number, opts: EraseOptions): Promise<EraseMethod> {
+/** Erases `disk`; `meter` hears which method runs and, while overwriting, each pass's progress. */
+export async function eraseDevice(services: Services, disk: string, sizeBytes: number, opts: EraseOptions, meter: ProgressMeter): Promise<EraseMethod> {
   const log = services.log;
   await services.guard.assertWritable(disk, 'erase');
   if (opts.discard) {
     for (const [method, args] of [['secure discard', ['-s', disk]], ['discard', [disk]]] as const) {
+      meter.start(method, sizeBytes, { device: disk });
       try {
         await run('blkdiscard', args, { log, timeoutMs: 0 });
         return method;
@@ -75,9 +78,14 @@ export async function eraseDevice(services: Services, disk: string, sizeBytes: n
   // Nothing asked for at all still leaves the disk zeroed: an erase step must erase.
   const zero = opts.finalZeroPass || opts.randomPasses === 0;
   try {
+    let pass = 0;
     await overwriteDevice(disk, sizeBytes, opts.randomPasses, zero, (p) => {
-      // Chunks divide a GiB, so this logs once per GiB and at the end of each pass.
-      if (p.bytes % 1024 ** 3 === 0 || p.bytes === p.total) log.info({ disk, ...p }, 'overwriting');
+      if (p.pass !== pass) {
+        pass = p.pass;
+        const kind = pass <= opts.randomPasses ? 'random' : 'zeros';
+        meter.start('overwrite', p.total, { device: disk, pass, passes: p.passes, data: kind });
+      }
+      meter.set(p.bytes);
     });
   } catch (err) {
     throw new BlockDeviceEraseError(`Error erasing block device ${disk}: ${errorText(err)}`);

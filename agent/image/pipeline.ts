@@ -23,7 +23,7 @@ import { Dispatchers } from './dispatchers.ts';
 import { ImageDownloadFatalError, ImageFetcher, type OpenedImage } from './fetch.ts';
 import type { ImageInfo } from './image-info.ts';
 import { INSPECT_HEAD_BYTES, inspectImage, type ImageInspection } from './inspect.ts';
-import type { ProgressMeter } from './progress.ts';
+import type { ProgressMeter } from '../progress.ts';
 import { BlockWriter, TooLargeError } from './block-writer.ts';
 import { clearSignatures, flushDevice, settlePartitionTable } from './write.ts';
 

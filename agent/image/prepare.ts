@@ -10,7 +10,7 @@ import { run } from '../exec.ts';
 import type { Logger } from '../log.ts';
 import type { ImageInfo } from './image-info.ts';
 import { writeImage } from './pipeline.ts';
-import { ProgressMeter, type ProgressReport } from './progress.ts';
+import { ProgressMeter, type ProgressReport } from '../progress.ts';
 
 /** The UUID map of the last image written, per agent (IPA keeps it for the process lifetime). */
 const lastUuids = new WeakMap<AgentServices['state'], Record<string, string>>();

@@ -1,7 +1,8 @@
 // clean: the in-band cleaning steps the conductor runs between deployments. The step list and the
 // hardware-manager version come from disk/hardware-manager.ts; the steps erase every managed disk.
 import { isObject, optObject, reqObject } from '../params.ts';
-import { command, type AgentServices, type Extension } from '../types.ts';
+import { command, type AgentServices, type CommandContext, type Extension } from '../types.ts';
+import { ProgressMeter } from '../../progress.ts';
 import { CleaningError, InvalidCommandParamsError } from '../../errors.ts';
 import { cleaningTargets } from '../../disk/clean-targets.ts';
 import { eraseDevice, eraseMetadata, type EraseOptions } from '../../disk/erase.ts';
@@ -31,19 +32,21 @@ function eraseOptions(services: AgentServices): EraseOptions {
   };
 }
 
-const runners: Record<string, (services: AgentServices) => Promise<unknown>> = {
+const runners: Record<string, (ctx: CommandContext) => Promise<unknown>> = {
   async erase_devices_metadata(services) {
     const disks = await cleaningTargets(services);
     for (const d of disks) await eraseMetadata(services, d.path, d.size);
     services.log.info({ disks: disks.map((d) => d.path) }, 'disk metadata erased');
     return null;
   },
-  async erase_devices(services) {
-    const opts = eraseOptions(services);
-    const disks = await cleaningTargets(services);
+  async erase_devices(ctx) {
+    const opts = eraseOptions(ctx);
+    const disks = await cleaningTargets(ctx);
+    // While the step runs, its command_result shows the disk, the method or pass, and how far it got.
+    const meter = new ProgressMeter((r) => ctx.progress(r), ctx.log, 'erase');
     for (const d of disks) {
-      const method = await eraseDevice(services, d.path, d.size, opts);
-      services.log.info({ disk: d.path, method }, 'disk erased');
+      const method = await eraseDevice(ctx, d.path, d.size, opts, meter);
+      ctx.log.info({ disk: d.path, method }, 'disk erased');
     }
     return null;
   },

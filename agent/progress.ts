@@ -1,8 +1,10 @@
-// Progress of a long image operation: the RUNNING command's `command_result` (throttled) and a log line
-// every few seconds.
-import type { Logger } from '../log.ts';
+// Progress of a long operation (an image deploy, a disk erase): the RUNNING command's `command_result`
+// (throttled) and a log line every few seconds.
+import type { Logger } from './log.ts';
 
 export interface ProgressReport {
+  /** What the phase works on, e.g. `{device, pass, passes}` for an erase. */
+  [context: string]: unknown;
   phase: string;
   bytes_done: number;
   bytes_total: number | null;
@@ -15,6 +17,7 @@ const LOG_EVERY_MS = 5000;
 
 export class ProgressMeter {
   private phase = 'starting';
+  private context: Record<string, string | number> = {};
   private done = 0;
   private total: number | null = null;
   private phaseStart = Date.now();
@@ -24,10 +27,13 @@ export class ProgressMeter {
   constructor(
     private readonly report: (r: ProgressReport) => void,
     private readonly log: Logger,
+    /** Names the operation in log lines. */
+    private readonly subject = 'image',
   ) {}
 
-  start(phase: string, total: number | null): void {
+  start(phase: string, total: number | null, context: Record<string, string | number> = {}): void {
     this.phase = phase;
+    this.context = context;
     this.done = 0;
     this.total = total;
     this.phaseStart = Date.now();
@@ -48,7 +54,7 @@ export class ProgressMeter {
     const seconds = (Date.now() - this.phaseStart) / 1000;
     const rate = seconds > 0 ? Math.round(this.done / seconds) : 0;
     const eta = this.total !== null && rate > 0 ? Math.max(0, Math.round((this.total - this.done) / rate)) : null;
-    return { phase: this.phase, bytes_done: this.done, bytes_total: this.total, rate_bps: rate, eta_s: eta };
+    return { ...this.context, phase: this.phase, bytes_done: this.done, bytes_total: this.total, rate_bps: rate, eta_s: eta };
   }
 
   private emit(force: boolean): void {
@@ -59,7 +65,7 @@ export class ProgressMeter {
     this.report(snap);
     if (force || now - this.lastLog >= LOG_EVERY_MS) {
       this.lastLog = now;
-      this.log.info(snap, `image ${snap.phase}: ${formatProgress(snap)}`);
+      this.log.info(snap, `${this.subject} ${snap.phase}: ${formatProgress(snap)}`);
     }
   }
 }
