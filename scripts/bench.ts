@@ -9,6 +9,7 @@ import { createReadStream, existsSync } from 'node:fs';
 import { mkdtemp, open, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from '../test/helpers/loop.ts';
 import { startImageServer, type ImageServer } from '../test/helpers/image-server.ts';
@@ -24,6 +25,7 @@ function parseSize(text: string): number {
 
 const SIZE = parseSize(process.env.BENCH_SIZE ?? '2G');
 const REPS = Number(process.env.BENCH_REPS ?? 3);
+const SETTLE_MS = 3000;
 
 /** Half incompressible data, half zeros, in 64 MiB stripes, with a GPT so the agent's partition check passes. */
 async function buildImage(path: string): Promise<void> {
@@ -44,6 +46,15 @@ async function sha(path: string, algo: string): Promise<string> {
   const hash = createHash(algo);
   for await (const chunk of createReadStream(path, { highWaterMark: 8 * MiB })) hash.update(chunk as Buffer);
   return hash.digest('hex');
+}
+
+/**
+ * Lets the previous case's writes drain before the next starts. Without the pause, whichever case ran first
+ * in a group paid for its predecessor (the same qcow2 baseline took 3.8 s or 5.4–6.7 s by its place).
+ */
+async function settle(): Promise<void> {
+  await execa('sync');
+  await sleep(SETTLE_MS);
 }
 
 interface Run {
@@ -201,6 +212,7 @@ async function main(): Promise<void> {
     for (let rep = 1; rep <= REPS; rep++) {
       // Every other repetition runs the cases in reverse, so that neither side always runs first.
       for (const c of rep % 2 === 1 ? selected : [...selected].reverse()) {
+        await settle();
         const out = await c.run();
         const s = out.seconds;
         if ('peakRssBytes' in out) {
