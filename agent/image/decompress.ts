@@ -5,6 +5,7 @@ import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import { AgentError, InvalidImage, errorText } from '../errors.ts';
 import { spawnTool } from '../exec.ts';
+import { readAtLeast, rest } from './peek.ts';
 
 export type Compression = 'gzip' | 'zstd' | 'xz' | 'none';
 
@@ -41,22 +42,10 @@ function decoder(kind: Exclude<Compression, 'none'>): Decoder {
 /** Reads enough of a stream to tell its compression; `chunks` then replays the stream from its first byte. */
 export async function sniffCompression(source: AsyncIterable<Buffer>): Promise<{ kind: Compression; chunks: AsyncIterable<Buffer> }> {
   const it = source[Symbol.asyncIterator]();
-  const headParts: Buffer[] = [];
-  let headLength = 0;
-  while (headLength < 6) {
-    const r = await it.next();
-    if (r.done) break;
-    headParts.push(r.value);
-    headLength += r.value.length;
-  }
-  const head = Buffer.concat(headParts);
+  const head = await readAtLeast(it, 6);
   async function* chunks(): AsyncGenerator<Buffer> {
     if (head.length > 0) yield head;
-    for (;;) {
-      const r = await it.next();
-      if (r.done) return;
-      yield r.value;
-    }
+    yield* rest(it);
   }
   return { kind: detectCompression(head), chunks: chunks() };
 }

@@ -23,6 +23,7 @@ import { Dispatchers } from './dispatchers.ts';
 import { ImageDownloadFatalError, ImageFetcher, type OpenedImage } from './fetch.ts';
 import type { ImageInfo } from './image-info.ts';
 import { INSPECT_HEAD_BYTES, inspectImage, type ImageInspection } from './inspect.ts';
+import { readAtLeast, rest } from './peek.ts';
 import type { ProgressMeter } from '../progress.ts';
 import { BlockWriter, TooLargeError } from './block-writer.ts';
 import { clearSignatures, flushDevice, settlePartitionTable } from './write.ts';
@@ -116,22 +117,10 @@ function tap(hash: HashWorker, meter: ProgressMeter) {
 function headGate(bytes: number, check: (head: Buffer) => Promise<void>) {
   return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
     const it = source[Symbol.asyncIterator]();
-    const parts: Buffer[] = [];
-    let size = 0;
-    while (size < bytes) {
-      const r = await it.next();
-      if (r.done) break;
-      parts.push(r.value);
-      size += r.value.length;
-    }
-    const head = Buffer.concat(parts);
+    const head = await readAtLeast(it, bytes);
     await check(head);
     if (head.length > 0) yield head;
-    for (;;) {
-      const r = await it.next();
-      if (r.done) return;
-      yield r.value;
-    }
+    yield* rest(it);
   };
 }
 
