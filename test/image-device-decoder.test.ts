@@ -6,7 +6,7 @@ import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { decodedHeadGate, DeviceDecoder } from '../agent/image/device-decoder.ts';
 import { TooLargeError } from '../agent/image/block-writer.ts';
-import { InvalidImage } from '../agent/errors.ts';
+import { InvalidImage, ToolError } from '../agent/errors.ts';
 import { DeviceGuard } from '../agent/safety/device-guard.ts';
 import { readDevice } from './helpers/image-agent.ts';
 import { MiB, withLoops } from './helpers/loop.ts';
@@ -94,6 +94,19 @@ it('zstd: refuses a stream whose first 8 MiB decode to nothing (a skippable fram
   await expect(drain(decodedHeadGate('zstd', HEAD, async () => undefined)(pieces(packed)))).rejects.toThrow(
     /first 8388608 bytes of the zstd image decode to less than 65536 bytes/,
   );
+});
+
+it('a decoder that cannot be started is a ToolError, not a verdict on the image', async () => {
+  const packed = await pack('zstd', randomBytes(100_000));
+  const path = process.env.PATH;
+  process.env.PATH = '/nonexistent';
+  try {
+    const failure = drain(decodedHeadGate('zstd', HEAD, async () => undefined)(pieces(packed)));
+    await expect(failure).rejects.toBeInstanceOf(ToolError);
+    await expect(failure).rejects.toThrow(/zstd could not be started/);
+  } finally {
+    process.env.PATH = path;
+  }
 });
 
 describe('<tool> -dc | dd onto a loop device', () => {

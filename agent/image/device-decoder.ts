@@ -7,9 +7,10 @@
 // with a second, throwaway decoder that is stopped as soon as the head is out.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { pipeline } from 'node:stream/promises';
-import { AgentError, ImageWriteError, InvalidImage, errorText } from '../errors.ts';
+import { AgentError, ImageWriteError, InvalidImage, ToolError, errorText } from '../errors.ts';
 import type { DeviceGuard } from '../safety/device-guard.ts';
 import { TooLargeError } from './block-writer.ts';
+import { rest } from './peek.ts';
 
 export type ExternalCompression = 'zstd' | 'xz';
 
@@ -20,6 +21,8 @@ interface Exit {
   code: number | null;
   signal: NodeJS.Signals | null;
   stderr: string;
+  /** The tool never ran (not installed, not executable): a fault of the ramdisk, not of the image. */
+  notStarted?: string;
 }
 
 function exitOf(child: ChildProcess): Promise<Exit> {
@@ -28,9 +31,14 @@ function exitOf(child: ChildProcess): Promise<Exit> {
     if (stderr.length < 4000) stderr += text;
   });
   return new Promise((resolve) => {
-    child.once('error', (err) => resolve({ code: null, signal: null, stderr: `${stderr}${err.message}` }));
+    child.once('error', (err) => resolve({ code: null, signal: null, stderr, notStarted: `${child.spawnfile} could not be started: ${err.message}` }));
     child.once('close', (code, signal) => resolve({ code, signal, stderr: stderr.trim() }));
   });
+}
+
+/** Throws a ToolError for a tool that never ran, so that it is not mistaken for bad image data. */
+function assertStarted(...exits: Exit[]): void {
+  for (const e of exits) if (e.notStarted) throw new ToolError(e.notStarted);
 }
 
 const failed = (e: Exit) => e.code !== 0;
@@ -91,6 +99,7 @@ class HeadProbe {
     // for its reading thread then, so its input is closed before waiting for it to exit.
     this.child.stdin!.end();
     const exit = await this.exit;
+    assertStarted(exit);
     if (failed(exit)) throw new InvalidImage(`the image's ${this.kind} data could not be decompressed: ${reason(exit)}`);
     return all;
   }
@@ -133,12 +142,7 @@ export function decodedHeadGate(kind: ExternalCompression, bytes: number, check:
       await probe.stop();
     }
     yield* held;
-    if (ended) return;
-    for (;;) {
-      const r = await it.next();
-      if (r.done) return;
-      yield r.value;
-    }
+    if (!ended) yield* rest(it);
   };
 }
 
@@ -192,6 +196,7 @@ export class DeviceDecoder {
 
   private async finish(): Promise<number> {
     const [decoded, copied] = await Promise.all([this.decoded, this.copied]);
+    assertStarted(copied, decoded);
     // dd first: when dd fails, the decoder's own failure is only the broken pipe that followed.
     if (failed(copied)) {
       if (/No space left on device/.test(copied.stderr)) throw new TooLargeError(`the decompressed image is larger than ${this.device}`);
