@@ -66,7 +66,8 @@ export async function eraseDevice(services: Services, disk: string, sizeBytes: n
   await services.guard.assertWritable(disk, 'erase');
   if (opts.discard) {
     for (const [method, args] of [['secure discard', ['-s', disk]], ['discard', [disk]]] as const) {
-      meter.start(method, sizeBytes, { device: disk });
+      // blkdiscard reports nothing while it runs: no byte count to show, only what is happening.
+      meter.start(method, null, { device: disk });
       try {
         await run('blkdiscard', args, { log, timeoutMs: 0 });
         return method;
