@@ -23,6 +23,7 @@ export class ProgressMeter {
   private phaseStart = Date.now();
   private lastReport = 0;
   private lastLog = Date.now();
+  private running = false;
 
   constructor(
     private readonly report: (r: ProgressReport) => void,
@@ -32,12 +33,27 @@ export class ProgressMeter {
   ) {}
 
   start(phase: string, total: number | null, context: Record<string, string | number> = {}): void {
+    this.finish();
+    this.running = true;
     this.phase = phase;
     this.context = context;
     this.done = 0;
     this.total = total;
     this.phaseStart = Date.now();
     this.emit(true);
+  }
+
+  /**
+   * Logs how long the current phase took, so that a slow deploy or erase shows where its time went; starting
+   * the next phase does the same.
+   */
+  finish(): void {
+    if (!this.running) return;
+    this.running = false;
+    const snap = this.snapshot();
+    const phaseS = Number(((Date.now() - this.phaseStart) / 1000).toFixed(3));
+    const moved = snap.bytes_done > 0 ? ` (${formatProgress({ ...snap, bytes_total: null, eta_s: null })})` : '';
+    this.log.info({ ...this.context, phase: this.phase, phase_s: phaseS, bytes_done: snap.bytes_done }, `${this.subject} ${this.phase} took ${phaseS} s${moved}`);
   }
 
   add(bytes: number): void {

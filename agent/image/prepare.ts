@@ -49,7 +49,16 @@ export async function prepareImage(ctx: CommandContext, req: PrepareRequest): Pr
   const log = ctx.log.child({ image: info.id, node: info.nodeUuid });
   const services = { ...ctx, log };
   const meter = new ProgressMeter((r: ProgressReport) => ctx.progress(r), log);
+  try {
+    return await deployImage(ctx, req, services, meter);
+  } finally {
+    meter.finish();
+  }
+}
 
+async function deployImage(ctx: CommandContext, req: PrepareRequest, services: CommandContext, meter: ProgressMeter): Promise<string> {
+  const { info } = req;
+  const { log } = services;
   const configdrive = req.configdrive ?? info.configdrive;
   let drive: ConfigDriveImage | undefined;
   if (configdrive !== undefined && configdrive !== null) {

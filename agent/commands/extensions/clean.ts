@@ -44,9 +44,13 @@ const runners: Record<string, (ctx: CommandContext) => Promise<unknown>> = {
     const disks = await cleaningTargets(ctx);
     // While the step runs, its command_result shows the disk, the method or pass, and how far it got.
     const meter = new ProgressMeter((r) => ctx.progress(r), ctx.log, 'erase');
-    for (const d of disks) {
-      const method = await eraseDevice(ctx, d.path, d.size, opts, meter);
-      ctx.log.info({ disk: d.path, method }, 'disk erased');
+    try {
+      for (const d of disks) {
+        const method = await eraseDevice(ctx, d.path, d.size, opts, meter);
+        ctx.log.info({ disk: d.path, method }, 'disk erased');
+      }
+    } finally {
+      meter.finish();
     }
     return null;
   },
