@@ -8,6 +8,8 @@ import { selfSignedCert, startImageServer, startProxy, type ImageServer } from '
 import { compress, makeDiskImage, workDir } from './helpers/make-image.ts';
 import { readFile } from 'node:fs/promises';
 import { execa } from 'execa';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 
 let loop: LoopDevice;
 let image: Buffer;
@@ -188,6 +190,45 @@ describe('image download faults', () => {
     const r = await deploy([url], { image_request_authorization: Buffer.from(header).toString('base64') });
     expect(r.command_error).toBeNull();
     expect(s.requests[0]!.authorization).toBe(header);
+  });
+
+  it('turns credentials in the URL into Basic authorization, and keeps them out of errors', async () => {
+    const s = await server();
+    const url = s.serve('img', image).replace('http://', 'http://deployer:p%40ss%3Aword@');
+    expect((await deploy([url])).command_error).toBeNull();
+    expect(s.requests[0]!.authorization).toBe(`Basic ${Buffer.from('deployer:p@ss:word').toString('base64')}`);
+    await expectImageOnDisk();
+
+    s.fault('img', { kind: 'status', code: 404 });
+    const failed = await deploy([url]);
+    expect(failed.command_status).toBe('FAILED');
+    expect(failed.command_error!.details).toContain('http://***@127.0.0.1');
+    expect(JSON.stringify(failed)).not.toMatch(/p%40ss|p@ss|deployer/);
+  });
+
+  it('follows a redirect to another server, without handing it the credentials of the first', async () => {
+    const s = await server();
+    const target = s.serve('img', image);
+    const seen: (string | undefined)[] = [];
+    const redirector = createServer((req, res) => {
+      seen.push(req.headers.authorization);
+      res.writeHead(302, { location: target }).end();
+    });
+    await new Promise<void>((resolve) => redirector.listen(0, '127.0.0.1', resolve));
+    servers.push({ close: () => new Promise<void>((resolve) => redirector.close(() => resolve())) });
+    const port = (redirector.address() as AddressInfo).port;
+    expect((await deploy([`http://deployer:secret@127.0.0.1:${port}/img`])).command_error).toBeNull();
+    await expectImageOnDisk();
+    expect(seen).toEqual([`Basic ${Buffer.from('deployer:secret').toString('base64')}`]);
+    expect(s.requests.map((q) => q.authorization)).toEqual([undefined]);
+  });
+
+  it("prefers image_info's own authorization to credentials in the URL", async () => {
+    const s = await server();
+    const url = s.serve('img', image).replace('http://', 'http://deployer:secret@');
+    const r = await deploy([url], { image_request_authorization: Buffer.from('Bearer t0ken').toString('base64') });
+    expect(r.command_error).toBeNull();
+    expect(s.requests.map((q) => q.authorization)).toEqual(['Bearer t0ken']);
   });
 });
 

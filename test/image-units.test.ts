@@ -1,5 +1,5 @@
 // Pure parts of the image path, table-driven: image_info parsing, checksum files, digest rules, format
-// inspection over real image headers, no_proxy matching, compression magic.
+// inspection over real image headers, no_proxy matching, compression magic, credentials in URLs.
 import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { algoForDigest, expectedDigest, parseChecksumFile, verifyDigest } from '../agent/image/checksum.ts';
@@ -9,6 +9,7 @@ import { parseImageInfo } from '../agent/image/image-info.ts';
 import { INSPECT_HEAD_BYTES, inspectImage } from '../agent/image/inspect.ts';
 import { headHasGpt } from '../agent/image/write.ts';
 import { relocateBackupGpt } from '../agent/image/gpt.ts';
+import { shownUrl, splitCredentials } from '../agent/image/url-credentials.ts';
 import { copyFile, open } from 'node:fs/promises';
 import { compress, makeDiskImage, qcow2WithBackingFile, qcow2WithDataFile, toQcow2, workDir } from './helpers/make-image.ts';
 import { execa } from 'execa';
@@ -197,5 +198,22 @@ describe('relocateBackupGpt', () => {
 
   it('declines heads without a valid GPT', () => {
     expect(relocateBackupGpt(Buffer.alloc(65536), 512, 1 << 30)).toBeNull();
+  });
+});
+
+describe('credentials in image URLs', () => {
+  it('become Basic authorization, percent-decoded, and leave the URL', () => {
+    expect(splitCredentials('http://u%40x:p%3Aw@host:8080/a/b.img?q=1')).toEqual({
+      url: 'http://host:8080/a/b.img?q=1',
+      authorization: `Basic ${Buffer.from('u@x:p:w').toString('base64')}`,
+    });
+    expect(splitCredentials('https://only-user@host/i')).toEqual({ url: 'https://host/i', authorization: `Basic ${Buffer.from('only-user:').toString('base64')}` });
+    expect(splitCredentials('https://host/i.qcow2')).toEqual({ url: 'https://host/i.qcow2' });
+  });
+
+  it('are hidden wherever a URL is shown', () => {
+    expect(shownUrl('http://u:secret@host/i.img')).toBe('http://***@host/i.img');
+    expect(shownUrl('http://host/i.img')).toBe('http://host/i.img');
+    expect(shownUrl('not a url')).toBe('not a url');
   });
 });

@@ -4,8 +4,9 @@ import type { AgentServices } from '../commands/types.ts';
 import { ConfigDriveError, errorText } from '../errors.ts';
 import { Dispatchers } from '../image/dispatchers.ts';
 import { ImageFetcher } from '../image/fetch.ts';
+import { shownUrl } from '../image/url-credentials.ts';
 
-/** GETs `url` (http or https) as `config.image` says. Any failure is a ConfigDriveError naming the URL. */
+/** GETs `url` (http or https) as `config.image` says. Any failure is a ConfigDriveError naming the URL (without credentials). */
 export async function downloadConfigDrive(services: Pick<AgentServices, 'config' | 'log'>, url: string, maxBytes: number): Promise<Buffer> {
   const { image, tls } = services.config;
   const dispatchers = new Dispatchers({
@@ -25,14 +26,14 @@ export async function downloadConfigDrive(services: Pick<AgentServices, 'config'
       total += (chunk as Buffer).length;
       if (total > maxBytes) {
         opened.cancel();
-        throw new ConfigDriveError(`The config drive at '${url}' is larger than ${maxBytes} bytes`);
+        throw new ConfigDriveError(`The config drive at '${shownUrl(url)}' is larger than ${maxBytes} bytes`);
       }
       chunks.push(chunk as Buffer);
     }
     return Buffer.concat(chunks);
   } catch (err) {
     if (err instanceof ConfigDriveError) throw err;
-    throw new ConfigDriveError(`Can't download the configdrive content from '${url}': ${errorText(err)}`);
+    throw new ConfigDriveError(`Can't download the configdrive content from '${shownUrl(url)}': ${errorText(err)}`);
   } finally {
     await dispatchers.close();
   }

@@ -9,6 +9,7 @@ import { request, type Dispatcher } from 'undici';
 import { ImageDownloadError, ImageDownloadTimeoutError, errorText } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { Dispatchers } from './dispatchers.ts';
+import { shownUrl, splitCredentials } from './url-credentials.ts';
 
 /** A download error that no retry can fix (a 4xx other than 408/429). */
 export class ImageDownloadFatalError extends ImageDownloadError {}
@@ -23,6 +24,7 @@ export interface FetchPolicy {
 }
 
 export interface OpenedImage {
+  /** The URL that answered, as logs and errors may show it (without credentials). */
   url: string;
   /** The body's length as the server declared it. */
   totalBytes?: number;
@@ -67,9 +69,12 @@ export class ImageFetcher {
   }
 
   private async get(url: string, extra: Record<string, string> = {}): Promise<Response> {
+    const target = splitCredentials(url);
     const headers: Record<string, string> = { 'accept-encoding': 'identity', ...extra };
-    if (this.policy.authorization) headers.authorization = this.policy.authorization;
-    return request(url, { method: 'GET', headers, dispatcher: this.dispatchers.forUrl(new URL(url)), signal: this.signal });
+    // image_info's own authorization (image_server_auth_strategy) wins over credentials in the URL.
+    const authorization = this.policy.authorization ?? target.authorization;
+    if (authorization) headers.authorization = authorization;
+    return request(target.url, { method: 'GET', headers, dispatcher: this.dispatchers.forUrl(new URL(target.url)), signal: this.signal });
   }
 
   /**
@@ -79,6 +84,7 @@ export class ImageFetcher {
   private async firstResponse(urls: readonly string[], what: string): Promise<{ url: string; res: Response }> {
     const failures: string[] = [];
     for (const url of urls) {
+      const shown = shownUrl(url);
       for (let attempt = 0; attempt <= this.policy.retries; attempt++) {
         if (attempt > 0) await sleep(this.policy.retryIntervalMs);
         this.checkDeadline();
@@ -87,17 +93,17 @@ export class ImageFetcher {
           res = await this.get(url);
         } catch (err) {
           this.checkDeadline();
-          failures.push(`${url}: ${errorText(err)}`);
-          this.policy.log.warn({ url, attempt, err: errorText(err) }, `${what} request failed`);
+          failures.push(`${shown}: ${errorText(err)}`);
+          this.policy.log.warn({ url: shown, attempt, err: errorText(err) }, `${what} request failed`);
           continue;
         }
         if (res.statusCode === 200) return { url, res };
-        const text = `${url}: received status code ${res.statusCode}, expected 200. Response body: ${await drain(res)}`;
+        const text = `${shown}: received status code ${res.statusCode}, expected 200. Response body: ${await drain(res)}`;
         if (res.statusCode >= 400 && res.statusCode < 500 && res.statusCode !== 408 && res.statusCode !== 429) {
           throw new ImageDownloadFatalError(`${what}: ${text}`);
         }
         failures.push(text);
-        this.policy.log.warn({ url, attempt, status: res.statusCode }, `${what} request failed`);
+        this.policy.log.warn({ url: shown, attempt, status: res.statusCode }, `${what} request failed`);
       }
     }
     throw new ImageDownloadError(`${what} failed from every URL:\n ${failures.join('\n ')}`);
@@ -113,14 +119,14 @@ export class ImageFetcher {
         size += (chunk as Buffer).length;
         if (size > 1024 * 1024) {
           res.body.destroy();
-          throw new ImageDownloadFatalError(`${what} from ${url} is larger than 1 MiB`);
+          throw new ImageDownloadFatalError(`${what} from ${shownUrl(url)} is larger than 1 MiB`);
         }
         chunks.push(chunk as Buffer);
       }
     } catch (err) {
       this.checkDeadline();
       if (err instanceof ImageDownloadError) throw err;
-      throw new ImageDownloadError(`${what} from ${url} broke: ${errorText(err)}`);
+      throw new ImageDownloadError(`${what} from ${shownUrl(url)} broke: ${errorText(err)}`);
     }
     return Buffer.concat(chunks).toString('utf8');
   }
@@ -135,7 +141,7 @@ export class ImageFetcher {
       res.body.destroy();
       body.destroy();
     };
-    return { url, totalBytes, body, cancel };
+    return { url: shownUrl(url), totalBytes, body, cancel };
   }
 
   private async *resumingBody(url: string, first: Response, totalBytes: number | undefined): AsyncGenerator<Buffer> {
@@ -160,9 +166,9 @@ export class ImageFetcher {
         if (err instanceof ImageDownloadTimeoutError) throw err;
         this.checkDeadline();
         res.body.destroy();
-        const why = `download from ${url} broke at byte ${offset}: ${errorText(err)}`;
+        const why = `download from ${shownUrl(url)} broke at byte ${offset}: ${errorText(err)}`;
         if (!resumable) throw new ImageDownloadError(`${why}; the server does not support resuming`);
-        this.policy.log.warn({ url, offset, err: errorText(err) }, 'image download broke, resuming');
+        this.policy.log.warn({ url: shownUrl(url), offset, err: errorText(err) }, 'image download broke, resuming');
         ({ res, breaks } = await this.resume(url, offset, validator!, why, breaks));
       }
     }
@@ -182,7 +188,7 @@ export class ImageFetcher {
       try {
         res = await this.get(url, { range: `bytes=${offset}-`, 'if-range': validator });
       } catch (err) {
-        this.policy.log.warn({ url, offset, err: errorText(err) }, 'resume request failed');
+        this.policy.log.warn({ url: shownUrl(url), offset, err: errorText(err) }, 'resume request failed');
         continue;
       }
       const range = /^bytes (\d+)-/.exec(header(res, 'content-range') ?? '');
