@@ -29,9 +29,10 @@ const SIZE = parseSize(process.env.BENCH_SIZE ?? '2G');
 const REPS = Number(process.env.BENCH_REPS ?? 3);
 /**
  * Uncounted passes over every case first. This VM reports freed memory back to its host (free page
- * reporting, in 8 MiB blocks), so the first pass after building the images fills memory the host must
- * fault in again: there, every case took 1.3–1.8× as long as in later passes (the qcow2 baseline 5.7–6.5 s
- * against 4.0–4.6 s), which no bare-metal ramdisk sees.
+ * reporting, in 8 MiB blocks), so a pass that fills fresh memory makes the host fault it in again: the
+ * first qcow2 pass after the images were built (each fills 1 GiB of tmpfs) took 1.3–2.0× as long as later
+ * ones (the baseline 5.7–6.5 s against 4.0–4.6 s), which no bare-metal ramdisk sees. The streaming cases
+ * did not move beyond the usual noise.
  */
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 1);
 const SETTLE_MS = 3000;
