@@ -9,6 +9,8 @@ import { compress, makeDiskImage, workDir } from './helpers/make-image.ts';
 import { readFile } from 'node:fs/promises';
 import { execa } from 'execa';
 import { createServer } from 'node:http';
+import pino from 'pino';
+import { LogRing, type Logger } from '../agent/log.ts';
 import type { AddressInfo } from 'node:net';
 
 let loop: LoopDevice;
@@ -39,8 +41,8 @@ async function server(opts: Parameters<typeof startImageServer>[0] = {}): Promis
   return s;
 }
 
-async function deploy(urls: string[], extra: Record<string, unknown> = {}, flags: Record<string, string> = {}) {
-  const agent = await startImageAgent(loop.path, flags);
+async function deploy(urls: string[], extra: Record<string, unknown> = {}, flags: Record<string, string> = {}, log?: Logger) {
+  const agent = await startImageAgent(loop.path, flags, log);
   try {
     return await runToEnd(agent.url, 'standby.prepare_image', {
       image_info: { id: 'faults', urls, os_hash_algo: 'sha256', os_hash_value: digest, disk_format: 'raw', stream_raw_images: true, ...extra },
@@ -192,18 +194,44 @@ describe('image download faults', () => {
     expect(s.requests[0]!.authorization).toBe(header);
   });
 
-  it('turns credentials in the URL into Basic authorization, and keeps them out of errors', async () => {
+  it('turns credentials in the URL into Basic authorization, and keeps them out of errors and logs', async () => {
     const s = await server();
     const url = s.serve('img', image).replace('http://', 'http://deployer:p%40ss%3Aword@');
     expect((await deploy([url])).command_error).toBeNull();
     expect(s.requests[0]!.authorization).toBe(`Basic ${Buffer.from('deployer:p@ss:word').toString('base64')}`);
     await expectImageOnDisk();
 
+    // A 500 first: the retry is logged, with the URL as shown.
+    s.fault('img', { kind: 'status', code: 500 });
+    const ring = new LogRing();
+    expect((await deploy([url], {}, {}, pino({ base: null }, ring))).command_error).toBeNull();
+    const lines = ring.tail().join('\n');
+    expect(lines).toContain('"url":"http://***@127.0.0.1');
+    expect(lines).not.toMatch(/p%40ss|p@ss|deployer/);
+
     s.fault('img', { kind: 'status', code: 404 });
     const failed = await deploy([url]);
     expect(failed.command_status).toBe('FAILED');
     expect(failed.command_error!.details).toContain('http://***@127.0.0.1');
     expect(JSON.stringify(failed)).not.toMatch(/p%40ss|p@ss|deployer/);
+  });
+
+  it('keeps credentials out of checksum-file and config-drive errors, and sends them to the checksum server', async () => {
+    const s = await server();
+    const withSecret = (u: string) => u.replace('http://', 'http://deployer:s3cret@');
+    const url = s.serve('img', image);
+    const sums = withSecret(s.serve('img.sha256', Buffer.from(`${digest}  some-other-file\n`)));
+    const badSums = await deploy([url], { os_hash_value: sums });
+    expect(badSums.command_error!.details).toMatch(/does not contain name img/);
+    expect(s.requests.find((q) => q.path === 'img.sha256')!.authorization).toBe(`Basic ${Buffer.from('deployer:s3cret').toString('base64')}`);
+
+    const drive = withSecret(s.serve('drive', Buffer.from('not a config drive')));
+    const badDrive = await deploy([url], { configdrive: drive });
+    expect(badDrive.command_error!.details).toContain('http://***@127.0.0.1');
+    for (const r of [badSums, badDrive]) {
+      expect(r.command_status).toBe('FAILED');
+      expect(JSON.stringify(r)).not.toMatch(/s3cret|deployer/);
+    }
   });
 
   it('follows a redirect to another server, without handing it the credentials of the first', async () => {

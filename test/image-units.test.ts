@@ -202,18 +202,26 @@ describe('relocateBackupGpt', () => {
 });
 
 describe('credentials in image URLs', () => {
-  it('become Basic authorization, percent-decoded, and leave the URL', () => {
-    expect(splitCredentials('http://u%40x:p%3Aw@host:8080/a/b.img?q=1')).toEqual({
-      url: 'http://host:8080/a/b.img?q=1',
-      authorization: `Basic ${Buffer.from('u@x:p:w').toString('base64')}`,
-    });
-    expect(splitCredentials('https://only-user@host/i')).toEqual({ url: 'https://host/i', authorization: `Basic ${Buffer.from('only-user:').toString('base64')}` });
+  const basic = (pair: string, enc: BufferEncoding = 'latin1') => `Basic ${Buffer.from(pair, enc).toString('base64')}`;
+
+  it('become Basic authorization as python-requests builds it, and leave the URL', () => {
+    expect(splitCredentials('http://u%40x:p%3Aw@host:8080/a/b.img?q=1')).toEqual({ url: 'http://host:8080/a/b.img?q=1', authorization: basic('u@x:p:w') });
+    // An unencoded @ in the password: the last @ ends the userinfo.
+    expect(splitCredentials('http://u:p@ss@host/i')).toEqual({ url: 'http://host/i', authorization: basic('u:p@ss') });
+    // An empty password still counts; a user without any password makes no header.
+    expect(splitCredentials('https://user:@host/i')).toEqual({ url: 'https://host/i', authorization: basic('user:') });
+    expect(splitCredentials('https://only-user@host/i')).toEqual({ url: 'https://host/i' });
+    // A stray % stays as written; latin1 where the characters allow, as requests encodes.
+    expect(splitCredentials('http://u:50%zz@host/i').authorization).toBe(basic('u:50%zz'));
+    expect(splitCredentials('http://u:caf%C3%A9@host/i').authorization).toBe(basic('u:café', 'latin1'));
     expect(splitCredentials('https://host/i.qcow2')).toEqual({ url: 'https://host/i.qcow2' });
+    expect(splitCredentials('https://host/path@not-userinfo')).toEqual({ url: 'https://host/path@not-userinfo' });
   });
 
-  it('are hidden wherever a URL is shown', () => {
+  it('are hidden wherever a URL is shown, even in one that does not parse', () => {
     expect(shownUrl('http://u:secret@host/i.img')).toBe('http://***@host/i.img');
-    expect(shownUrl('http://host/i.img')).toBe('http://host/i.img');
+    expect(shownUrl('http://u:secret@host:99999/')).toBe('http://***@host:99999/');
+    expect(shownUrl('http://host/i@x.img')).toBe('http://host/i@x.img');
     expect(shownUrl('not a url')).toBe('not a url');
   });
 });

@@ -4,6 +4,7 @@ import pako from 'pako';
 import type { AgentServices } from '../commands/types.ts';
 import { ConfigDriveError } from '../errors.ts';
 import { downloadConfigDrive } from './config-drive-fetch.ts';
+import { shownUrl } from '../image/url-credentials.ts';
 import { CONFIG_DRIVE_LABEL, identifyDrive, isConfigDriveLabel, isGzip, type DriveFormat } from './config-drive-format.ts';
 
 export const MAX_CONFIG_DRIVE_BYTES = 64 * 1024 * 1024;
@@ -80,11 +81,12 @@ export async function prepareConfigDrive(services: Pick<AgentServices, 'config' 
   const text = value.trim();
   if (text === '') throw new ConfigDriveError('Config drive is an empty string');
   if (URL_LIKE.test(text)) {
-    if (!/^https?:\/\//i.test(text)) throw new ConfigDriveError(`Config drive URL '${text}' is not http or https`);
+    const source = shownUrl(text);
+    if (!/^https?:\/\//i.test(text)) throw new ConfigDriveError(`Config drive URL '${source}' is not http or https`);
     // Base64 of a 64 MiB payload is 4/3 as long; anything longer cannot decode to an acceptable drive.
     const body = await downloadConfigDrive(services, text, Math.ceil((MAX_CONFIG_DRIVE_BYTES * 4) / 3) + 4096);
-    if (isGzip(body) || identifyDrive(body)) return check(unwrap(body, text), text);
-    return check(unwrap(decodeBase64(body.toString('latin1'), text), text), text);
+    if (isGzip(body) || identifyDrive(body)) return check(unwrap(body, source), source);
+    return check(unwrap(decodeBase64(body.toString('latin1'), source), source), source);
   }
   return check(unwrap(decodeBase64(text, 'inline value'), 'inline value'), 'inline value');
 }

@@ -3,6 +3,7 @@
 import { InvalidCommandParamsError } from '../errors.ts';
 import { isObject } from '../commands/params.ts';
 import { hashAlgoFor, type ImageHashAlgo } from './checksum.ts';
+import { shownUrl } from './url-credentials.ts';
 
 /** Where the expected digest comes from: a literal hex value or a URL of a checksum file. */
 export interface ChecksumSource {
@@ -112,7 +113,7 @@ function parseUrls(info: Record<string, unknown>): string[] {
     try {
       parsed = new URL(u);
     } catch {
-      throw bad(`image_info urls[${i}] is not a URL: ${u}`);
+      throw bad(`image_info urls[${i}] is not a URL: ${shownUrl(u)}`);
     }
     if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
       throw bad(`image_info urls[${i}]: only http and https are supported, got ${parsed.protocol}`);

@@ -22,6 +22,7 @@ import { decodedHeadGate, DeviceDecoder } from './device-decoder.ts';
 import { Dispatchers } from './dispatchers.ts';
 import { ImageDownloadFatalError, ImageFetcher, type OpenedImage } from './fetch.ts';
 import type { ImageInfo } from './image-info.ts';
+import { shownUrl } from './url-credentials.ts';
 import { INSPECT_HEAD_BYTES, inspectImage, type ImageInspection } from './inspect.ts';
 import { readAtLeast, rest } from './peek.ts';
 import type { ProgressMeter } from '../progress.ts';
@@ -87,7 +88,7 @@ async function expectedChecksum(info: ImageInfo, fetcher: ImageFetcher, md5Enabl
   let digest = info.checksum.value;
   if (info.checksum.isUrl) {
     const text = await fetcher.text(digest, 'Checksum file download');
-    digest = parseChecksumFile(text, imageFileNames(info.urls), digest);
+    digest = parseChecksumFile(text, imageFileNames(info.urls), shownUrl(digest));
   }
   return expectedDigest(info.checksum.algo, digest, md5Enabled);
 }

@@ -2,7 +2,7 @@
 import { createAgent, type Agent } from '../../agent/agent.ts';
 import type { Extension } from '../../agent/commands/types.ts';
 import { buildConfig } from '../../agent/config/config.ts';
-import { nullLogger } from '../../agent/log.ts';
+import { nullLogger, type Logger } from '../../agent/log.ts';
 
 export interface RunningAgent {
   agent: Agent;
@@ -13,12 +13,13 @@ export interface RunningAgent {
 export async function startAgent(
   flags: Record<string, string> = {},
   registry?: Readonly<Record<string, Extension>>,
+  log: Logger = nullLogger,
 ): Promise<RunningAgent> {
   const config = buildConfig(
     new Map(),
     new Map(Object.entries({ standalone: 'true', 'ipa-listen-host': '127.0.0.1', 'ipa-listen-port': '0', ...flags })),
   );
-  const agent = createAgent(config, nullLogger, registry);
+  const agent = createAgent(config, log, registry);
   const server = await agent.listen();
   return { agent, url: `http://127.0.0.1:${server.port}`, close: () => server.close() };
 }

@@ -4,6 +4,7 @@ import { open } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import { execa } from 'execa';
 import { call, startAgent, type RunningAgent } from './api-harness.ts';
+import type { Logger } from '../../agent/log.ts';
 
 /** Short timeouts and retry intervals so fault tests take seconds. */
 export const FAST_FLAGS: Record<string, string> = {
@@ -12,8 +13,8 @@ export const FAST_FLAGS: Record<string, string> = {
   'ipa-image-download-connection-retry-interval': '0.05',
 };
 
-export async function startImageAgent(device: string, flags: Record<string, string> = {}): Promise<RunningAgent> {
-  const running = await startAgent({ 'device-allowlist': device, ...FAST_FLAGS, ...flags });
+export async function startImageAgent(device: string, flags: Record<string, string> = {}, log?: Logger): Promise<RunningAgent> {
+  const running = await startAgent({ 'device-allowlist': device, ...FAST_FLAGS, ...flags }, undefined, log);
   running.agent.services.state.update({
     node: { uuid: 'ina-test-node', properties: { root_device: { name: device } }, instance_info: {}, driver_internal_info: {} },
   });
