@@ -56,6 +56,12 @@ export class ProgressMeter {
     this.log.info({ ...this.context, phase: this.phase, phase_s: phaseS, bytes_done: snap.bytes_done }, `${this.subject} ${this.phase} took ${phaseS} s${moved}`);
   }
 
+  /** The total, once known after the phase started (a download's length comes with the response). */
+  setTotal(total: number | null): void {
+    this.total = total;
+    this.emit(true);
+  }
+
   add(bytes: number): void {
     this.done += bytes;
     this.emit(false);

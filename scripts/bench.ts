@@ -232,7 +232,7 @@ async function main(): Promise<void> {
     const idles: number[] = [];
     for (let rep = 1 - WARMUP; rep <= REPS; rep++) {
       // Every other repetition runs the cases in reverse, so that neither side always runs first.
-      for (const c of rep % 2 === 1 ? selected : [...selected].reverse()) {
+      for (const c of Math.abs(rep % 2) === 1 ? selected : [...selected].reverse()) {
         await settle();
         const out = await c.run();
         const s = out.seconds;

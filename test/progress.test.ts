@@ -44,6 +44,16 @@ describe('ProgressMeter', () => {
     );
   });
 
+  it('takes a total that becomes known after the phase started', () => {
+    const { m, reports } = meter();
+    m.start('download', null);
+    expect(reports.at(-1)).toMatchObject({ phase: 'download', bytes_total: null, eta_s: null });
+    m.setTotal(10 * MiB);
+    vi.advanceTimersByTime(1000);
+    m.add(5 * MiB);
+    expect(reports.at(-1)).toMatchObject({ phase: 'download', bytes_done: 5 * MiB, bytes_total: 10 * MiB, eta_s: 1 });
+  });
+
   it('logs nothing on finish when no phase ran', () => {
     const { m, ended } = meter();
     m.finish();

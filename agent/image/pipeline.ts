@@ -68,6 +68,7 @@ export async function writeImage(job: PipelineJob): Promise<{ path: 'stream' | '
   });
   const stream = job.info.streamRaw && job.info.diskFormat === 'raw';
   try {
+    if (job.info.checksum.isUrl) job.meter.start('checksum', null);
     const expected = await expectedChecksum(job.info, fetcher, config.image.md5Enabled);
     for (let attempt = 0; ; attempt++) {
       try {
@@ -154,9 +155,11 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
   let touched = false;
   let url = info.urls[0]!;
   try {
+    // The phase includes the request, so that its logged duration is the whole transfer.
+    meter.start('stream', null);
     const image = await fetcher.open(info.urls);
     url = image.url;
-    meter.start('stream', image.totalBytes ?? null);
+    meter.setTotal(image.totalBytes ?? null);
     const checkHead = async (head: Buffer) => {
       // Raw images are copied byte for byte and never given to qemu-img, so a container format that
       // claims to be raw is refused here rather than written.
@@ -232,6 +235,7 @@ async function readEnds(file: string, size: number): Promise<{ head: Buffer; tai
 async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: ExpectedDigest): Promise<number> {
   const { info, device, meter } = job;
   const { config, guard, log } = job.services;
+  meter.start('download', null);
   const image = await fetcher.open(info.urls);
   let budget;
   try {
@@ -242,8 +246,9 @@ async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
   }
   const file = bufferPath(config.image.bufferDir, info.id);
   try {
-    meter.start('download', image.totalBytes ?? null);
+    meter.setTotal(image.totalBytes ?? null);
     await downloadToBuffer(job, image, file, expected, budget.limit);
+    meter.start('inspect', null);
     const size = (await stat(file)).size;
     const { head, tail } = await readEnds(file, size);
     const found = inspectImage(head, tail);
