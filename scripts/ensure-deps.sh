@@ -14,9 +14,14 @@ declare -A tools=(
   [zstd]=zstd [xz]=xz-utils [sfdisk]=fdisk [partprobe]=parted [blkdiscard]=util-linux [curl]=curl
   [qemu-system-x86_64]=qemu-system-x86 [readelf]=binutils [strip]=binutils [openssl]=openssl [ip]=iproute2
 )
+# file -> Debian package, for packages that bring no command (UEFI firmware for the QEMU tests)
+declare -A files=([/usr/share/OVMF/OVMF_CODE_4M.fd]=ovmf)
 missing=()
 for cmd in "${!tools[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${tools[$cmd]}")
+done
+for f in "${!files[@]}"; do
+  [ -e "$f" ] || missing+=("${files[$f]}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   mapfile -t pkgs < <(printf '%s\n' "${missing[@]}" | sort -u)

@@ -1,6 +1,7 @@
 // The built ramdisk, booted in QEMU: the agent answers through hostfwd, the serial console shows the
 // status screen, a conductor stand-in drives a whole deploy (lookup, heartbeat, write_image with a
-// config drive, power off), and the disk file holds the image and a config-2 partition afterwards.
+// config drive, power off), and the disk file holds the image and a config-2 partition afterwards. Booted
+// through UEFI firmware (OVMF), install_bootloader registers the disk's loader in the firmware's variables.
 import { createHash } from 'node:crypto';
 import { readFile, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -209,5 +210,58 @@ describe('the ramdisk under QEMU', () => {
     expect(labels).toContain('config-2');
     const cd = parts[labels.indexOf('config-2')]!;
     expect(await readDevice(disk, cd.start * 512, cd.start * 512 + iso.length)).toEqual(iso);
+  });
+  it('registers the disk\'s UEFI boot loader with the firmware when booted through OVMF (install_bootloader), and the entry survives in its variable store', async () => {
+    // A GPT disk with an EFI system partition holding a vendor loader and the removable-media fallback.
+    const disk = await sparseDisk('vda.img', 5 * 1024 * MiB);
+    await execa('sgdisk', ['-n', '1:2048:+64M', '-t', '1:ef00', '-c', '1:EFI', '-n', '2:0:+64M', '-t', '2:8300', disk]);
+    await execa('mkfs.vfat', ['-F', '16', '--offset', '2048', disk, String(64 * 1024)]);
+    const esp = `${disk}@@${2048 * 512}`;
+    await execa('mmd', ['-i', esp, '::/EFI', '::/EFI/BOOT', '::/EFI/debian']);
+    for (const file of ['::/EFI/BOOT/BOOTX64.EFI', '::/EFI/debian/grubx64.efi']) {
+      await execa('mcopy', ['-i', esp, '-', file], { input: 'not really a loader' });
+    }
+    const vars = join(work.dir, 'OVMF_VARS.fd');
+    await writeFile(vars, await readFile('/usr/share/OVMF/OVMF_VARS_4M.fd'));
+    vm = await startVm({
+      disk,
+      serialLog: join(work.dir, 'serial.log'),
+      mac: randomMac(),
+      forwards: [],
+      append: () => 'standalone=1',
+      uefi: { code: '/usr/share/OVMF/OVMF_CODE_4M.fd', vars },
+    });
+    const v = vm;
+    const command = async (name: string, params: Record<string, unknown>) => {
+      const r = await request(`http://127.0.0.1:${v.agentPort}/v1/commands/?wait=true`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ name, params }),
+      });
+      expect(r.statusCode).toBe(200);
+      return (await r.body.json()) as { command_status: string; command_result: { result: string } | null; command_error: unknown };
+    };
+    await until('GET /v1/status', async () => {
+      const r = await request(`http://127.0.0.1:${v.agentPort}/v1/status`, { headersTimeout: 2000, bodyTimeout: 2000 });
+      await r.body.dump();
+      return r.statusCode === 200 ? true : undefined;
+    }, 240_000);
+    report(`UEFI (OVMF) boot -> GET /v1/status 200 in ${((Date.now() - v.startedAt) / 1000).toFixed(1)} s (${v.accel})`);
+
+    const first = await command('image.install_bootloader', { target_boot_mode: 'uefi' });
+    expect(first.command_error).toBeNull();
+    const entry = /boot entries on \/dev\/vda partition 1: (.+) \(\\EFI\\debian\\grubx64\.efi\) registered/.exec(first.command_result!.result);
+    expect(entry, first.command_result!.result).not.toBeNull();
+    // efibootmgr reads the firmware's entries back: the second run finds the first one's entry.
+    const second = await command('image.install_bootloader', { target_boot_mode: 'uefi' });
+    expect(second.command_result!.result).toContain(`${entry![1]} (\\EFI\\debian\\grubx64.efi) already registered`);
+
+    expect((await command('standby.power_off', {})).command_status).toBe('SUCCEEDED');
+    const code = await Promise.race([v.exited, new Promise<string>((r) => setTimeout(() => r('still running'), 60_000))]);
+    expect(code, v.stderr()).toBe(0);
+    // The firmware kept the entry in its variable store: the label and the loader path, as UTF-16.
+    const store = await readFile(vars);
+    expect(store.includes(Buffer.from(entry![1]!, 'utf16le'))).toBe(true);
+    expect(store.includes(Buffer.from('\\EFI\\debian\\grubx64.efi', 'utf16le'))).toBe(true);
   });
 });

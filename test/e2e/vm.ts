@@ -28,6 +28,8 @@ export interface VmOptions {
   /** Kernel parameters beyond the console ones; gets the host port that reaches the agent's 9999. */
   append: (agentPort: number) => string;
   memoryMiB?: number;
+  /** Boot through UEFI firmware (OVMF) instead of SeaBIOS: its code, and a writable copy of its variable store. */
+  uefi?: { code: string; vars: string };
 }
 
 export interface Vm {
@@ -65,8 +67,9 @@ export function randomMac(): string {
 export async function startVm(o: VmOptions): Promise<Vm> {
   const agentPort = await freePort();
   const accel = accelerator();
-  // The uncompressed kernel boots by its PVH entry and skips the decompressor: seconds under TCG.
-  const kernel = existsSync(join(OUT, 'vmlinux')) ? join(OUT, 'vmlinux') : join(OUT, 'vmlinuz');
+  // The uncompressed kernel boots by its PVH entry and skips the decompressor: seconds under TCG. UEFI
+  // firmware starts the kernel as an EFI application, which only the compressed image is.
+  const kernel = !o.uefi && existsSync(join(OUT, 'vmlinux')) ? join(OUT, 'vmlinux') : join(OUT, 'vmlinuz');
   const netdev = [
     'user,id=n0,restrict=on',
     `hostfwd=tcp:127.0.0.1:${agentPort}-:9999`,
@@ -82,6 +85,9 @@ export async function startVm(o: VmOptions): Promise<Vm> {
     '-device', 'virtio-blk-pci,drive=d0,serial=E2EDISK0',
     '-netdev', netdev,
     '-device', `virtio-net-pci,netdev=n0,mac=${o.mac},romfile=`,
+    ...(o.uefi
+      ? ['-drive', `if=pflash,format=raw,readonly=on,file=${o.uefi.code}`, '-drive', `if=pflash,format=raw,file=${o.uefi.vars}`]
+      : []),
   ];
   const startedAt = Date.now();
   const proc = spawn('qemu-system-x86_64', args, { stdio: ['ignore', 'ignore', 'pipe'] });
