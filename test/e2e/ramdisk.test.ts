@@ -211,6 +211,7 @@ describe('the ramdisk under QEMU', () => {
     const cd = parts[labels.indexOf('config-2')]!;
     expect(await readDevice(disk, cd.start * 512, cd.start * 512 + iso.length)).toEqual(iso);
   });
+
   it('registers the disk\'s UEFI boot loader with the firmware when booted through OVMF (install_bootloader), and the entry survives in its variable store', async () => {
     // A GPT disk with an EFI system partition holding a vendor loader and the removable-media fallback.
     const disk = await sparseDisk('vda.img', 5 * 1024 * MiB);
