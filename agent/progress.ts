@@ -14,6 +14,7 @@ export interface ProgressReport {
 
 const REPORT_EVERY_MS = 500;
 const LOG_EVERY_MS = 5000;
+const MiB = 1024 * 1024;
 
 export class ProgressMeter {
   private phase = 'starting';
@@ -40,6 +41,9 @@ export class ProgressMeter {
     this.done = 0;
     this.total = total;
     this.phaseStart = Date.now();
+    this.lastLog = this.phaseStart;
+    const size = total !== null ? ` (${(total / MiB).toFixed(1)} MiB)` : '';
+    this.log.info({ ...context, phase, bytes_total: total }, `${this.subject} ${phase} started${size}`);
     this.emit(true);
   }
 
@@ -79,20 +83,20 @@ export class ProgressMeter {
     return { ...this.context, phase: this.phase, bytes_done: this.done, bytes_total: this.total, rate_bps: rate, eta_s: eta };
   }
 
+  /** Reports to the command result; logs only every LOG_EVERY_MS (phase starts and ends log on their own). */
   private emit(force: boolean): void {
     const now = Date.now();
     if (!force && now - this.lastReport < REPORT_EVERY_MS) return;
     this.lastReport = now;
     const snap = this.snapshot();
     this.report(snap);
-    if (force || now - this.lastLog >= LOG_EVERY_MS) {
+    if (now - this.lastLog >= LOG_EVERY_MS) {
       this.lastLog = now;
       this.log.info(snap, `${this.subject} ${snap.phase}: ${formatProgress(snap)}`);
     }
   }
 }
 
-const MiB = 1024 * 1024;
 
 export function formatProgress(r: ProgressReport): string {
   const done = `${(r.bytes_done / MiB).toFixed(1)} MiB`;

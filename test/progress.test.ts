@@ -11,7 +11,7 @@ function meter() {
   const reports: ProgressReport[] = [];
   const m = new ProgressMeter((r) => reports.push(r), pino({ base: null }, ring), 'image');
   const records = () => ring.tail().map((l) => JSON.parse(l) as Record<string, unknown>);
-  return { m, reports, ended: () => records().filter((r) => 'phase_s' in r) };
+  return { m, reports, records, ended: () => records().filter((r) => 'phase_s' in r) };
 }
 
 describe('ProgressMeter', () => {
@@ -26,8 +26,8 @@ describe('ProgressMeter', () => {
     expect(reports.at(-1)).toEqual({ phase: 'download', bytes_done: 40 * MiB, bytes_total: 100 * MiB, rate_bps: 20 * MiB, eta_s: 3 });
   });
 
-  it('logs how long each phase took when the next starts, and the last one on finish, once', () => {
-    const { m, ended } = meter();
+  it('logs when each phase starts, how long it took when the next starts, and the last one on finish, once', () => {
+    const { m, ended, records } = meter();
     m.start('download', 64 * MiB);
     vi.advanceTimersByTime(2000);
     m.add(64 * MiB);
@@ -38,6 +38,12 @@ describe('ProgressMeter', () => {
     vi.advanceTimersByTime(500);
     m.finish();
     m.finish();
+    expect(records().map((r) => r.msg)).toEqual([
+      'image download started (64.0 MiB)',
+      'image download took 2 s (64.0 MiB at 32.0 MiB/s)',
+      'image convert started (128.0 MiB)',
+      'image convert took 0.5 s',
+    ]);
     expect(ended()).toHaveLength(2);
     expect(ended()[1]).toEqual(
       expect.objectContaining({ phase: 'convert', device: '/dev/loop9', phase_s: 0.5, bytes_done: 0, msg: 'image convert took 0.5 s' }),
