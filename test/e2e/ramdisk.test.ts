@@ -59,6 +59,30 @@ function report(line: string): void {
   process.stdout.write(`[e2e] ${line}\n`);
 }
 
+/** GET /v1/status through the VM's port forward: the status once the agent answers 200, else undefined. */
+async function agentStatus(v: Vm): Promise<{ version: string; started_at: number } | undefined> {
+  const r = await request(`http://127.0.0.1:${v.agentPort}/v1/status`, { headersTimeout: 2000, bodyTimeout: 2000 });
+  if (r.statusCode === 200) return (await r.body.json()) as { version: string; started_at: number };
+  await r.body.dump();
+  return undefined;
+}
+
+/** Runs a command on the VM's agent (no token: standalone) and returns its final record. */
+async function agentCommand(v: Vm, name: string, params: Record<string, unknown> = {}) {
+  const r = await request(`http://127.0.0.1:${v.agentPort}/v1/commands/?wait=true`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ name, params }),
+  });
+  expect(r.statusCode).toBe(200);
+  return (await r.body.json()) as { command_status: string; command_result: { result: string } | null; command_error: unknown };
+}
+
+/** QEMU's exit code once the VM powers off, or 'still running' after `ms`. */
+function exitWithin(v: Vm, ms: number): Promise<number | null | string> {
+  return Promise.race([v.exited, new Promise<string>((r) => setTimeout(() => r('still running'), ms))]);
+}
+
 async function manifestSize(): Promise<string> {
   const m = JSON.parse(await readFile(join(OUT, 'manifest.json'), 'utf8')) as { initramfs: { bytes: number; uncompressed_bytes: number } };
   return `${(m.initramfs.bytes / MiB).toFixed(1)} MiB zstd (${(m.initramfs.uncompressed_bytes / MiB).toFixed(1)} MiB unpacked)`;
@@ -74,10 +98,7 @@ describe('the ramdisk under QEMU', () => {
       append: () => 'standalone=1 ipa-debug=1',
     });
     const v = vm;
-    const getStatus = async () => {
-      const r = await request(`http://127.0.0.1:${v.agentPort}/v1/status`, { headersTimeout: 2000, bodyTimeout: 2000 });
-      return r.statusCode === 200 ? ((await r.body.json()) as { version: string; started_at: number }) : undefined;
-    };
+    const getStatus = () => agentStatus(v);
     const status = await until('GET /v1/status', getStatus, 120_000);
     report(`standalone boot -> GET /v1/status 200 in ${((Date.now() - v.startedAt) / 1000).toFixed(1)} s (${v.accel}); initramfs ${await manifestSize()}`);
     expect(status.version).toMatch(/^\d+\.\d+\.\d+/);
@@ -117,15 +138,8 @@ describe('the ramdisk under QEMU', () => {
     expect(again.version).toBe(status.version);
     await seen(/Agent\s+serving, up [^,]+, restarted 1x/, mark);
 
-    const off = await request(`http://127.0.0.1:${v.agentPort}/v1/commands/?wait=true`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ name: 'standby.power_off', params: {} }),
-    });
-    expect(off.statusCode).toBe(200);
-    expect(((await off.body.json()) as { command_status: string }).command_status).toBe('SUCCEEDED');
-    const code = await Promise.race([v.exited, new Promise<string>((r) => setTimeout(() => r('still running'), 60_000))]);
-    expect(code, v.stderr()).toBe(0);
+    expect((await agentCommand(v, 'standby.power_off')).command_status).toBe('SUCCEEDED');
+    expect(await exitWithin(v, 60_000), v.stderr()).toBe(0);
   });
 
   it('deploys from a conductor: lookup, heartbeat, write_image with a config drive, power off; the disk file holds both', async () => {
@@ -197,8 +211,7 @@ describe('the ramdisk under QEMU', () => {
     expect(v.serial()).not.toMatch(/"msg":"command started"/);
 
     await agent.command('standby.power_off');
-    const code = await Promise.race([v.exited, new Promise<string>((r) => setTimeout(() => r('still running'), 120_000))]);
-    expect(code, v.stderr()).toBe(0);
+    expect(await exitWithin(v, 120_000), v.stderr()).toBe(0);
 
     const written = await readDevice(disk, img.partition.start, img.partition.end);
     expect(createHash('sha256').update(written).digest('hex')).toBe(
@@ -233,33 +246,19 @@ describe('the ramdisk under QEMU', () => {
       uefi: { code: '/usr/share/OVMF/OVMF_CODE_4M.fd', vars },
     });
     const v = vm;
-    const command = async (name: string, params: Record<string, unknown>) => {
-      const r = await request(`http://127.0.0.1:${v.agentPort}/v1/commands/?wait=true`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ name, params }),
-      });
-      expect(r.statusCode).toBe(200);
-      return (await r.body.json()) as { command_status: string; command_result: { result: string } | null; command_error: unknown };
-    };
-    await until('GET /v1/status', async () => {
-      const r = await request(`http://127.0.0.1:${v.agentPort}/v1/status`, { headersTimeout: 2000, bodyTimeout: 2000 });
-      await r.body.dump();
-      return r.statusCode === 200 ? true : undefined;
-    }, 240_000);
+    await until('GET /v1/status', () => agentStatus(v), 240_000);
     report(`UEFI (OVMF) boot -> GET /v1/status 200 in ${((Date.now() - v.startedAt) / 1000).toFixed(1)} s (${v.accel})`);
 
-    const first = await command('image.install_bootloader', { target_boot_mode: 'uefi' });
+    const first = await agentCommand(v, 'image.install_bootloader', { target_boot_mode: 'uefi' });
     expect(first.command_error).toBeNull();
     const entry = /boot entries on \/dev\/vda partition 1: (.+) \(\\EFI\\debian\\grubx64\.efi\) registered/.exec(first.command_result!.result);
     expect(entry, first.command_result!.result).not.toBeNull();
     // efibootmgr reads the firmware's entries back: the second run finds the first one's entry.
-    const second = await command('image.install_bootloader', { target_boot_mode: 'uefi' });
+    const second = await agentCommand(v, 'image.install_bootloader', { target_boot_mode: 'uefi' });
     expect(second.command_result!.result).toContain(`${entry![1]} (\\EFI\\debian\\grubx64.efi) already registered`);
 
-    expect((await command('standby.power_off', {})).command_status).toBe('SUCCEEDED');
-    const code = await Promise.race([v.exited, new Promise<string>((r) => setTimeout(() => r('still running'), 60_000))]);
-    expect(code, v.stderr()).toBe(0);
+    expect((await agentCommand(v, 'standby.power_off')).command_status).toBe('SUCCEEDED');
+    expect(await exitWithin(v, 60_000), v.stderr()).toBe(0);
     // The firmware kept the entry in its variable store: the label and the loader path, as UTF-16.
     const store = await readFile(vars);
     expect(store.includes(Buffer.from(entry![1]!, 'utf16le'))).toBe(true);
