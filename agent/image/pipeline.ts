@@ -5,8 +5,8 @@
 //   download ─▶ hash + count ─▶ decompress ─▶ buffer file ─▶ verify ─▶ inspect ─▶ qemu-img / copy ─▶ device
 // The hash covers the downloaded bytes and runs on a worker thread (hash-worker.ts), the disk writes run
 // in libuv's pool with several in flight (block-writer.ts), so the main thread only moves bytes and the
-// three overlap. zstd and xz output skips the agent altogether (device-decoder.ts). A broken download resumes inside fetch.ts where the server allows it; otherwise the
-// whole attempt is retried from byte zero.
+// three overlap. zstd and xz output skips the agent altogether (device-decoder.ts). A broken download
+// resumes inside fetch.ts where the server allows it; otherwise the whole attempt is retried from byte zero.
 import { createReadStream } from 'node:fs';
 import { open, rm, stat } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
