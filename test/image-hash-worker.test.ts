@@ -1,6 +1,9 @@
 // The checksum thread: the same digests as hashing in place, across uneven chunks and slot boundaries,
-// and a failing thread surfaces as an error instead of a hang.
+// the digest of a file read by the thread, and a failing thread surfaces as an error instead of a hang.
 import { createHash, randomBytes } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { CommandExecutionError } from '../agent/errors.ts';
 import { HashWorker } from '../agent/image/hash-worker.ts';
@@ -25,6 +28,27 @@ describe('HashWorker', () => {
     const hash = new HashWorker('sha256');
     expect(await hash.digest()).toBe(createHash('sha256').digest('hex'));
     await hash.close();
+  });
+
+  it('of a file, read by the thread itself, equals createHash; a missing file is CommandExecutionError', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'ina-hash-'));
+    try {
+      const data = randomBytes(3 * 1024 * 1024 + 5);
+      await writeFile(join(dir, 'image'), data);
+      const hash = new HashWorker('sha512');
+      try {
+        expect(await hash.digestOfFile(join(dir, 'image'))).toBe(createHash('sha512').update(data).digest('hex'));
+      } finally {
+        await hash.close();
+      }
+      const missing = new HashWorker('sha256');
+      const err = await missing.digestOfFile(join(dir, 'absent')).catch((e: unknown) => e);
+      await missing.close();
+      expect(err).toBeInstanceOf(CommandExecutionError);
+      expect((err as Error).message).toMatch(/hashing the image failed: ENOENT/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('reports a thread that cannot hash as CommandExecutionError, which no retry would fix', async () => {

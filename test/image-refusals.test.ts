@@ -155,6 +155,32 @@ describe('checksum mismatch', () => {
     expect(r.command_error!.details).toContain(`verification checksum: ${await sha256Of(small.path)}`);
     await expectNoDiskLabel();
   });
+
+  // A plain buffered image is hashed from its buffer file while it is written, so the mismatch shows after.
+  it.each([
+    ['qcow2, converted', { disk_format: 'qcow2' }, true],
+    ['raw, not streamed', { disk_format: 'raw', stream_raw_images: false }, false],
+  ] as const)('%s: fails once written and leaves nothing that looks like a disk label', async (_, info, convert) => {
+    const wrong = 'cd'.repeat(32);
+    const file = convert ? await toQcow2(small.path, join(work.dir, 'mismatch.qcow2')) : small.path;
+    const r = await deployFile(file, { ...info, os_hash_value: wrong });
+    expect(r.command_status).toBe('FAILED');
+    expect(r.command_error!.type).toBe('ImageChecksumError');
+    expect(r.command_error!.details).toContain(`verification checksum: ${await sha256Of(file)}`);
+    await expectNoDiskLabel();
+  });
+
+  it('a compressed buffered image: fails before the device is written', async () => {
+    const packed = await compress(await toQcow2(small.path, join(work.dir, 'mismatch-packed.qcow2')), 'gzip');
+    const r = await deployFile(packed, { disk_format: 'qcow2', os_hash_value: 'ef'.repeat(32) });
+    await expectRefused(r, 'ImageChecksumError', new RegExp(`verification checksum: ${await sha256Of(packed)}`));
+  });
+
+  it('is reported rather than the refusal that damaged bytes cause, and the device is not written', async () => {
+    const qcow2 = await toQcow2(small.path, join(work.dir, 'mismatch-disguised.qcow2'));
+    const r = await deployFile(qcow2, { disk_format: 'raw', stream_raw_images: false, os_hash_value: '01'.repeat(32) });
+    await expectRefused(r, 'ImageChecksumError', /image checksum: (01){32}/);
+  });
 });
 
 describe('bad image_info', () => {

@@ -75,11 +75,3 @@ export function decodeStage(kind: Compression) {
     }
   };
 }
-
-/** Sniffing and decoding as one stage, for the buffer path, where the agent decodes every kind itself. */
-export function decompressStage() {
-  return async function* decompress(source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
-    const { kind, chunks } = await sniffCompression(source);
-    yield* decodeStage(kind)(chunks);
-  };
-}

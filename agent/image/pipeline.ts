@@ -2,7 +2,8 @@
 //   download ─▶ hash + count ─▶ plain or gzip: decode in the agent ─▶ head gate ─▶ device
 //                            └▶ zstd or xz: decoded-head gate ─▶ `zstd|xz -dc | dd` ─▶ device
 // Buffered path (everything else):
-//   download ─▶ hash + count ─▶ decompress ─▶ buffer file ─▶ verify ─▶ inspect ─▶ qemu-img / copy ─▶ device
+//   download ─▶ count (+ hash if compressed) ─▶ decompress ─▶ buffer file ─▶ inspect ─▶ qemu-img / copy ─▶ device
+//                                                                      └▶ hash (if not compressed) ─▶ verify
 // The hash covers the downloaded bytes and runs on a worker thread (hash-worker.ts), the disk writes run
 // in libuv's pool with several in flight (block-writer.ts), so the main thread only moves bytes and the
 // three overlap. zstd and xz output skips the agent altogether (device-decoder.ts). A broken download
@@ -17,7 +18,7 @@ import { bufferBudget, bufferPath, ImageDownloadOutofSpaceError } from './buffer
 import { expectedDigest, imageFileNames, parseChecksumFile, verifyDigest, type ExpectedDigest } from './checksum.ts';
 import { convertToDevice } from './convert.ts';
 import { HashWorker } from './hash-worker.ts';
-import { decodeStage, decompressStage, sniffCompression, type Compression } from './decompress.ts';
+import { decodeStage, sniffCompression, type Compression } from './decompress.ts';
 import { decodedHeadGate, DeviceDecoder } from './device-decoder.ts';
 import { Dispatchers } from './dispatchers.ts';
 import { ImageDownloadFatalError, ImageFetcher, type OpenedImage } from './fetch.ts';
@@ -104,11 +105,11 @@ async function withHashWorker<T>(algo: string, body: (hash: HashWorker) => Promi
   }
 }
 
-/** Hashes and counts the downloaded bytes as they pass. */
-function tap(hash: HashWorker, meter: ProgressMeter) {
+/** Counts the downloaded bytes as they pass, and hashes them unless that is done later (null). */
+function tap(hash: HashWorker | null, meter: ProgressMeter) {
   return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
     for await (const chunk of source) {
-      await hash.update(chunk);
+      if (hash) await hash.update(chunk);
       meter.add(chunk.length);
       yield chunk;
     }
@@ -201,14 +202,20 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
   return bytes;
 }
 
-async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: string, expected: ExpectedDigest, limit: number): Promise<void> {
+/**
+ * Fills the buffer file. A compressed download is hashed as it passes (the file holds other bytes), and
+ * its digest is returned; a plain download is the file itself, so it is hashed from there later (null).
+ */
+async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: string, hash: HashWorker, limit: number): Promise<string | null> {
   const writer = await BlockWriter.open(file, limit, null);
   try {
-    const digest = await withHashWorker(expected.algo, async (hash) => {
-      await pipeline(image.body, tap(hash, job.meter), decompressStage(), writer);
-      return hash.digest();
+    let compression: Compression = 'none';
+    await pipeline(image.body, async (downloaded: AsyncIterable<Buffer>) => {
+      const sniffed = await sniffCompression(downloaded);
+      compression = sniffed.kind;
+      await pipeline(sniffed.chunks, tap(compression === 'none' ? null : hash, job.meter), decodeStage(compression), writer);
     });
-    verifyDigest(expected, digest, job.info.id, image.url);
+    return compression === 'none' ? null : await hash.digest();
   } catch (err) {
     if (err instanceof TooLargeError) {
       throw new ImageDownloadOutofSpaceError(`the image does not fit in the buffer directory ${job.services.config.image.bufferDir} (${limit} bytes usable)`);
@@ -232,6 +239,22 @@ async function readEnds(file: string, size: number): Promise<{ head: Buffer; tai
   }
 }
 
+/** Reads the image's header and footer, and refuses it unless it is an allowed format that fits the device. */
+async function inspectBuffer(job: PipelineJob, file: string): Promise<{ format: string; virtualSize: number; head: Buffer }> {
+  const { info, device } = job;
+  const { config } = job.services;
+  const size = (await stat(file)).size;
+  const { head, tail } = await readEnds(file, size);
+  const found = inspectImage(head, tail);
+  refuseUnsafe(found, info.diskFormat, config.image.permittedFormats, !config.image.disableDeepInspection);
+  const virtualSize = found.format === 'raw' ? size : found.virtualSize;
+  if (virtualSize === undefined) throw new InvalidImage(`Security: the ${found.format} header does not state a virtual size`);
+  if (virtualSize > device.size) {
+    throw new TooLargeError(`the image's virtual size (${virtualSize} bytes) is larger than ${device.path} (${device.size} bytes)`);
+  }
+  return { format: found.format, virtualSize, head };
+}
+
 async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: ExpectedDigest): Promise<number> {
   const { info, device, meter } = job;
   const { config, guard, log } = job.services;
@@ -247,30 +270,38 @@ async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
   const file = bufferPath(config.image.bufferDir, info.id);
   try {
     meter.setTotal(image.totalBytes ?? null);
-    await downloadToBuffer(job, image, file, expected, budget.limit);
-    meter.start('inspect', null);
-    const size = (await stat(file)).size;
-    const { head, tail } = await readEnds(file, size);
-    const found = inspectImage(head, tail);
-    refuseUnsafe(found, info.diskFormat, config.image.permittedFormats, !config.image.disableDeepInspection);
-    const virtualSize = found.format === 'raw' ? size : found.virtualSize;
-    if (virtualSize === undefined) throw new InvalidImage(`Security: the ${found.format} header does not state a virtual size`);
-    if (virtualSize > device.size) {
-      throw new TooLargeError(`the image's virtual size (${virtualSize} bytes) is larger than ${device.path} (${device.size} bytes)`);
-    }
-    await clearSignatures(device.path, device.size, guard, log);
-    try {
-      if (found.format === 'raw') {
-        await copyFileToDevice(file, size, device, job);
+    return await withHashWorker(expected.algo, async (hash) => {
+      const inline = await downloadToBuffer(job, image, file, hash, budget.limit);
+      if (inline !== null) verifyDigest(expected, inline, info.id, image.url);
+      // A plain download is hashed from the buffer file while inspection and the device write go on, so
+      // that on a 2-core machine the hash does not compete with the download for CPU, and on a fast link it
+      // cannot be the download's bottleneck. Only inspected bytes reach qemu-img either way; a tenant's own
+      // hostile image would arrive with a valid checksum, so the inspection, not the checksum, guards it.
+      const fromFile = inline === null ? hash.digestOfFile(file) : null;
+      fromFile?.catch(() => undefined);
+      const verify = async () => {
+        if (fromFile) verifyDigest(expected, await fromFile, info.id, image.url);
+      };
+      meter.start('inspect', null);
+      const found = await inspectBuffer(job, file).catch(async (err: unknown) => {
+        // Bytes that are not the image asked for explain any refusal they caused.
+        await verify();
+        throw err;
+      });
+      await clearSignatures(device.path, device.size, guard, log);
+      try {
+        if (found.format === 'raw') await copyFileToDevice(file, found.virtualSize, device, job);
+        else await convertFileToDevice(file, found.format, found.virtualSize, device, job);
+        if (fromFile) meter.start('verify', null);
+        await verify();
+        const head = found.format === 'raw' ? found.head : (await readEnds(device.path, INSPECT_HEAD_BYTES)).head;
         await settlePartitionTable(device, head, guard, log);
-      } else {
-        await convertFileToDevice(file, found.format, virtualSize, device, job);
+      } catch (err) {
+        await wipeAfterFailure(device, job);
+        throw err;
       }
-    } catch (err) {
-      await wipeAfterFailure(device, job);
-      throw err;
-    }
-    return virtualSize;
+      return found.virtualSize;
+    });
   } finally {
     await rm(file, { force: true });
   }
@@ -308,5 +339,4 @@ async function convertFileToDevice(file: string, format: string, virtualSize: nu
     onPercent: (p) => job.meter.set(Math.round((virtualSize * p) / 100)),
   });
   await flushDevice(device.path, guard);
-  await settlePartitionTable(device, (await readEnds(device.path, INSPECT_HEAD_BYTES)).head, guard, log);
 }
