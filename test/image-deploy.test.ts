@@ -4,7 +4,9 @@ import { createHash } from 'node:crypto';
 import { mkdir, readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
+import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LogRing } from '../agent/log.ts';
 import { attachLoop, detachLoop, MiB, type LoopDevice } from './helpers/loop.ts';
 import { readDevice, readMarker, runCommand, runToEnd, sha256, startImageAgent } from './helpers/image-agent.ts';
 import { call } from './helpers/api-harness.ts';
@@ -86,13 +88,14 @@ describe('standby.prepare_image writes real images', () => {
     });
   }
 
-  it('converts a qcow2 image with qemu-img from the buffer, and deletes the buffer', async () => {
+  it('converts a qcow2 image with qemu-img from the buffer, checks the checksum after, and deletes the buffer', async () => {
     const bufferDir = join(work.dir, 'buffer');
     await mkdir(bufferDir);
     const name = 'q.qcow2';
     const file = await toQcow2(mbr.path, join(work.dir, name));
     const url = await server.serveFile(name, file);
-    const agent = await startImageAgent(loop.path, { 'ipa-image-buffer-dir': bufferDir });
+    const ring = new LogRing();
+    const agent = await startImageAgent(loop.path, { 'ipa-image-buffer-dir': bufferDir }, pino({ base: null }, ring));
     try {
       const r = await runToEnd(agent.url, 'standby.prepare_image', {
         image_info: { id: name, urls: [url], disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: sha256(await readFile(file)) },
@@ -103,6 +106,9 @@ describe('standby.prepare_image writes real images', () => {
     }
     await expectWritten(mbr);
     expect(await readdir(bufferDir)).toEqual([]);
+    // The plain download is hashed from the buffer file during the conversion, and checked before the table.
+    const phases = ring.tail().map((l) => JSON.parse(l) as { phase?: string; phase_s?: number }).filter((l) => l.phase_s !== undefined).map((l) => l.phase);
+    expect(phases).toEqual(['device', 'download', 'inspect', 'convert', 'verify', 'table', 'check']);
   });
 });
 

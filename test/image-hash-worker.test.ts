@@ -41,11 +41,28 @@ describe('HashWorker', () => {
       } finally {
         await hash.close();
       }
+      await writeFile(join(dir, 'empty'), '');
+      const empty = new HashWorker('md5');
+      expect(await empty.digestOfFile(join(dir, 'empty'))).toBe(createHash('md5').digest('hex'));
+      await empty.close();
       const missing = new HashWorker('sha256');
       const err = await missing.digestOfFile(join(dir, 'absent')).catch((e: unknown) => e);
       await missing.close();
       expect(err).toBeInstanceOf(CommandExecutionError);
       expect((err as Error).message).toMatch(/hashing the image failed: ENOENT/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('fails a file digest still being read when the thread is stopped, rather than leave it waiting', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'ina-hash-'));
+    try {
+      await writeFile(join(dir, 'image'), Buffer.alloc(256 * 1024 * 1024));
+      const hash = new HashWorker('sha512');
+      const pending = hash.digestOfFile(join(dir, 'image')).catch((e: unknown) => e);
+      await hash.close();
+      expect(await pending).toBeInstanceOf(CommandExecutionError);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

@@ -13,22 +13,25 @@ const SLOTS = 4;
 // Evaluated as the worker's script (CommonJS), so it survives bundling as one file.
 const WORKER_SOURCE = `
 const { parentPort, workerData } = require('node:worker_threads');
-const hash = require('node:crypto').createHash(workerData.algo);
+const { createHash } = require('node:crypto');
+const fs = require('node:fs');
+const hash = createHash(workerData.algo);
 const memory = new Uint8Array(workerData.memory);
-function hashFile(path) {
-  const fs = require('node:fs');
+function digestOfFile(path) {
+  const fileHash = createHash(workerData.algo);
   const fd = fs.openSync(path, 'r');
   try {
     const view = memory.subarray(0, ${SLOT_BYTES});
-    for (let n; (n = fs.readSync(fd, view, 0, view.length, null)) > 0; ) hash.update(view.subarray(0, n));
+    for (let n; (n = fs.readSync(fd, view, 0, view.length, null)) > 0; ) fileHash.update(view.subarray(0, n));
   } finally {
     fs.closeSync(fd);
   }
+  return fileHash.digest('hex');
 }
 parentPort.on('message', (m) => {
   if (m.file !== undefined) {
     try {
-      hashFile(m.file);
+      return parentPort.postMessage({ digest: digestOfFile(m.file) });
     } catch (err) {
       return parentPort.postMessage({ error: err.message });
     }
@@ -107,7 +110,7 @@ export class HashWorker {
     return this.request({});
   }
 
-  /** The hex digest of a whole file, read by the worker itself; instead of `update`, not with it. */
+  /** The hex digest of a whole file, read by the worker itself (into the first slot: not while `update` runs). */
   async digestOfFile(path: string): Promise<string> {
     return this.request({ file: path });
   }

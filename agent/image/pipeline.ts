@@ -13,7 +13,7 @@ import { open, rm, stat } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { AgentServices } from '../commands/types.ts';
-import { ImageDownloadError, InvalidImage, errorText } from '../errors.ts';
+import { ImageChecksumError, ImageDownloadError, InvalidImage, errorText } from '../errors.ts';
 import { bufferBudget, bufferPath, ImageDownloadOutofSpaceError } from './buffer.ts';
 import { expectedDigest, imageFileNames, parseChecksumFile, verifyDigest, type ExpectedDigest } from './checksum.ts';
 import { convertToDevice } from './convert.ts';
@@ -198,6 +198,7 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
     await sink?.release();
   }
   log.info({ bytes, compression, device: device.path, checksum: expected.algo }, 'image streamed and verified');
+  meter.start('table', null);
   await settlePartitionTable(device, written, guard, log);
   return bytes;
 }
@@ -209,11 +210,10 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
 async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: string, hash: HashWorker, limit: number): Promise<string | null> {
   const writer = await BlockWriter.open(file, limit, null);
   try {
-    let compression: Compression = 'none';
-    await pipeline(image.body, async (downloaded: AsyncIterable<Buffer>) => {
+    const compression = await pipeline(image.body, async (downloaded: AsyncIterable<Buffer>): Promise<Compression> => {
       const sniffed = await sniffCompression(downloaded);
-      compression = sniffed.kind;
-      await pipeline(sniffed.chunks, tap(compression === 'none' ? null : hash, job.meter), decodeStage(compression), writer);
+      await pipeline(sniffed.chunks, tap(sniffed.kind === 'none' ? null : hash, job.meter), decodeStage(sniffed.kind), writer);
+      return sniffed.kind;
     });
     return compression === 'none' ? null : await hash.digest();
   } catch (err) {
@@ -255,6 +255,35 @@ async function inspectBuffer(job: PipelineJob, file: string): Promise<{ format: 
   return { format: found.format, virtualSize, head };
 }
 
+/**
+ * The checksum of a buffered image. One that came compressed was hashed on the way in and is checked at once.
+ * A plain one is hashed from the buffer file while inspection and the device write go on: on a 2-core machine
+ * the hash then does not compete with the download for CPU, and on a fast link it cannot be the download's
+ * bottleneck. Only inspected bytes reach qemu-img either way; a tenant's own hostile image would arrive with a
+ * valid checksum, so the inspection, not the checksum, is what guards it.
+ */
+function bufferChecksum(job: PipelineJob, hash: HashWorker, file: string, inline: string | null, expected: ExpectedDigest, url: string) {
+  if (inline !== null) verifyDigest(expected, inline, job.info.id, url);
+  const fromFile = inline === null ? hash.digestOfFile(file) : null;
+  fromFile?.catch(() => undefined);
+  const verify = async () => {
+    if (!fromFile) return;
+    job.meter.start('verify', null);
+    verifyDigest(expected, await fromFile, job.info.id, url);
+  };
+  return {
+    verify,
+    /** The error to report for a failure that damaged bytes may have caused: their checksum mismatch, if any. */
+    async explain(err: unknown): Promise<unknown> {
+      if (!fromFile || err instanceof ImageChecksumError) return err;
+      return verify().then(
+        () => err,
+        (mismatch: unknown) => (mismatch instanceof ImageChecksumError ? mismatch : err),
+      );
+    },
+  };
+}
+
 async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: ExpectedDigest): Promise<number> {
   const { info, device, meter } = job;
   const { config, guard, log } = job.services;
@@ -272,33 +301,23 @@ async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
     meter.setTotal(image.totalBytes ?? null);
     return await withHashWorker(expected.algo, async (hash) => {
       const inline = await downloadToBuffer(job, image, file, hash, budget.limit);
-      if (inline !== null) verifyDigest(expected, inline, info.id, image.url);
-      // A plain download is hashed from the buffer file while inspection and the device write go on, so
-      // that on a 2-core machine the hash does not compete with the download for CPU, and on a fast link it
-      // cannot be the download's bottleneck. Only inspected bytes reach qemu-img either way; a tenant's own
-      // hostile image would arrive with a valid checksum, so the inspection, not the checksum, guards it.
-      const fromFile = inline === null ? hash.digestOfFile(file) : null;
-      fromFile?.catch(() => undefined);
-      const verify = async () => {
-        if (fromFile) verifyDigest(expected, await fromFile, info.id, image.url);
-      };
+      const checksum = bufferChecksum(job, hash, file, inline, expected, image.url);
       meter.start('inspect', null);
       const found = await inspectBuffer(job, file).catch(async (err: unknown) => {
-        // Bytes that are not the image asked for explain any refusal they caused.
-        await verify();
-        throw err;
+        throw await checksum.explain(err);
       });
       await clearSignatures(device.path, device.size, guard, log);
       try {
-        if (found.format === 'raw') await copyFileToDevice(file, found.virtualSize, device, job);
-        else await convertFileToDevice(file, found.format, found.virtualSize, device, job);
-        if (fromFile) meter.start('verify', null);
-        await verify();
-        const head = found.format === 'raw' ? found.head : (await readEnds(device.path, INSPECT_HEAD_BYTES)).head;
+        const head = found.format === 'raw'
+          ? await copyFileToDevice(file, found, device, job)
+          : await convertFileToDevice(file, found, device, job);
+        await checksum.verify();
+        meter.start('table', null);
         await settlePartitionTable(device, head, guard, log);
       } catch (err) {
+        const reported = await checksum.explain(err);
         await wipeAfterFailure(device, job);
-        throw err;
+        throw reported;
       }
       return found.virtualSize;
     });
@@ -307,8 +326,11 @@ async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
   }
 }
 
-async function copyFileToDevice(file: string, size: number, device: TargetDevice, job: PipelineJob): Promise<void> {
-  job.meter.start('write', size);
+type InspectedBuffer = Awaited<ReturnType<typeof inspectBuffer>>;
+
+/** Copies a raw buffer onto the device; returns its first bytes, as now on the device. */
+async function copyFileToDevice(file: string, found: InspectedBuffer, device: TargetDevice, job: PipelineJob): Promise<Buffer> {
+  job.meter.start('write', found.virtualSize);
   const writer = await BlockWriter.open(device.path, device.size, job.services.guard);
   try {
     await pipeline(
@@ -324,14 +346,17 @@ async function copyFileToDevice(file: string, size: number, device: TargetDevice
   } finally {
     await writer.release();
   }
+  return found.head;
 }
 
-async function convertFileToDevice(file: string, format: string, virtualSize: number, device: TargetDevice, job: PipelineJob): Promise<void> {
+/** Converts an image onto the device with qemu-img; returns the device's first bytes. */
+async function convertFileToDevice(file: string, found: InspectedBuffer, device: TargetDevice, job: PipelineJob): Promise<Buffer> {
   const { config, guard, log } = job.services;
+  const { virtualSize } = found;
   job.meter.start('convert', virtualSize);
   await convertToDevice({
     file,
-    format,
+    format: found.format,
     device: device.path,
     memoryLimitMiB: config.image.convertMemoryLimitMiB,
     guard,
@@ -339,4 +364,5 @@ async function convertFileToDevice(file: string, format: string, virtualSize: nu
     onPercent: (p) => job.meter.set(Math.round((virtualSize * p) / 100)),
   });
   await flushDevice(device.path, guard);
+  return (await readEnds(device.path, INSPECT_HEAD_BYTES)).head;
 }
