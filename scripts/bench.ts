@@ -283,9 +283,9 @@ async function main(): Promise<void> {
       ['agent qcow2', 'curl > f && qemu-img -t none', 1.05],
     ];
     for (const [a, b, target] of ratios) if (seconds.has(a) && seconds.has(b)) ratio(a, b, target);
-    const mib = (b: number) => (b / MiB).toFixed(0);
+    const mib = (b: number) => (b / MiB).toFixed(1);
     if (peaks.size > 0) {
-      console.log(`\nAgent peak RSS (VmHWM, target ≤ 120 MB = 114 MiB); idle before the deploy: ${mib(Math.max(...idles))} MiB (the esbuild bundle the ramdisk runs)`);
+      console.log(`\nAgent peak RSS (VmHWM, target ≤ 120 MB = 114.4 MiB); idle before the deploy: ${mib(Math.max(...idles))} MiB (the esbuild bundle the ramdisk runs)`);
       for (const [name, peak] of peaks) console.log(`  ${name.padEnd(30)} ${mib(peak)} MiB${name === 'agent qcow2' ? ' (its buffer is in tmpfs, not in the agent)' : ''}`);
     }
   } finally {
