@@ -45,11 +45,11 @@ async function expectWritten(img: DiskImage): Promise<void> {
   }
 }
 
-async function deploy(img: DiskImage, file: string, imageInfo: Record<string, unknown>) {
+async function deploy(img: DiskImage, file: string, imageInfo: Record<string, unknown>, log?: LogRing) {
   const name = `${Math.random().toString(16).slice(2)}-${file.split('/').pop()}`;
   const url = await server.serveFile(name, file);
   const digest = createHash('sha256').update(await readFile(file)).digest('hex');
-  const agent = await startImageAgent(loop.path);
+  const agent = await startImageAgent(loop.path, {}, log && pino({ base: null }, log));
   try {
     return await runToEnd(agent.url, 'standby.prepare_image', {
       image_info: { id: name, urls: [url], os_hash_algo: 'sha256', os_hash_value: digest, ...imageInfo },
@@ -57,6 +57,11 @@ async function deploy(img: DiskImage, file: string, imageInfo: Record<string, un
   } finally {
     await agent.close();
   }
+}
+
+/** The deploy phases, in the order the agent logged how long each took. */
+function phasesIn(log: LogRing): (string | undefined)[] {
+  return log.tail().map((l) => JSON.parse(l) as { phase?: string; phase_s?: number }).filter((l) => l.phase_s !== undefined).map((l) => l.phase);
 }
 
 function succeeded(r: { command_status: string; command_error: unknown }): void {
@@ -74,11 +79,22 @@ describe('standby.prepare_image writes real images', () => {
   });
 
   it('buffers a raw MBR image when streaming is off, and reports the MBR disk identifier', async () => {
-    const r = await deploy(mbr, mbr.path, { disk_format: 'raw', stream_raw_images: false });
+    const log = new LogRing();
+    const r = await deploy(mbr, mbr.path, { disk_format: 'raw', stream_raw_images: false }, log);
     succeeded(r);
     await expectWritten(mbr);
     const id = (await readFile(mbr.path)).readUInt32LE(440).toString(16).padStart(8, '0');
     expect(r.command_result.result).toMatch(new RegExp(`root_uuid=0x${id}$`));
+    // A plain download: its checksum is waited for after the copy, before the table is re-read.
+    expect(phasesIn(log)).toEqual(['device', 'download', 'inspect', 'write', 'verify', 'table', 'check']);
+  });
+
+  it('converts a gzip-packed qcow2 image, its checksum (over the packed bytes) checked before the device is written', async () => {
+    const log = new LogRing();
+    const packed = await compress(await toQcow2(gpt.path, join(work.dir, 'packed.qcow2')), 'gzip');
+    succeeded(await deploy(gpt, packed, { disk_format: 'qcow2' }, log));
+    await expectWritten(gpt);
+    expect(phasesIn(log)).toEqual(['device', 'download', 'inspect', 'convert', 'table', 'check']);
   });
 
   for (const kind of ['gzip', 'zstd', 'xz'] as const) {
@@ -94,8 +110,8 @@ describe('standby.prepare_image writes real images', () => {
     const name = 'q.qcow2';
     const file = await toQcow2(mbr.path, join(work.dir, name));
     const url = await server.serveFile(name, file);
-    const ring = new LogRing();
-    const agent = await startImageAgent(loop.path, { 'ipa-image-buffer-dir': bufferDir }, pino({ base: null }, ring));
+    const log = new LogRing();
+    const agent = await startImageAgent(loop.path, { 'ipa-image-buffer-dir': bufferDir }, pino({ base: null }, log));
     try {
       const r = await runToEnd(agent.url, 'standby.prepare_image', {
         image_info: { id: name, urls: [url], disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: sha256(await readFile(file)) },
@@ -106,9 +122,8 @@ describe('standby.prepare_image writes real images', () => {
     }
     await expectWritten(mbr);
     expect(await readdir(bufferDir)).toEqual([]);
-    // The plain download is hashed from the buffer file during the conversion, and checked before the table.
-    const phases = ring.tail().map((l) => JSON.parse(l) as { phase?: string; phase_s?: number }).filter((l) => l.phase_s !== undefined).map((l) => l.phase);
-    expect(phases).toEqual(['device', 'download', 'inspect', 'convert', 'verify', 'table', 'check']);
+    // A plain download: its checksum is waited for after the conversion, before the table is re-read.
+    expect(phasesIn(log)).toEqual(['device', 'download', 'inspect', 'convert', 'verify', 'table', 'check']);
   });
 });
 

@@ -1,7 +1,7 @@
 // The checksum thread: the same digests as hashing in place, across uneven chunks and slot boundaries,
 // the digest of a file read by the thread, and a failing thread surfaces as an error instead of a hang.
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readlink, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -41,10 +41,16 @@ describe('HashWorker', () => {
       } finally {
         await hash.close();
       }
+      // A file's digest is its own, whatever the thread hashed before.
       await writeFile(join(dir, 'empty'), '');
-      const empty = new HashWorker('md5');
-      expect(await empty.digestOfFile(join(dir, 'empty'))).toBe(createHash('md5').digest('hex'));
-      await empty.close();
+      const reused = new HashWorker('md5');
+      try {
+        await reused.update(Buffer.from('streamed bytes'));
+        expect(await reused.digest()).toBe(createHash('md5').update('streamed bytes').digest('hex'));
+        expect(await reused.digestOfFile(join(dir, 'empty'))).toBe(createHash('md5').digest('hex'));
+      } finally {
+        await reused.close();
+      }
       const missing = new HashWorker('sha256');
       const err = await missing.digestOfFile(join(dir, 'absent')).catch((e: unknown) => e);
       await missing.close();
@@ -55,14 +61,23 @@ describe('HashWorker', () => {
     }
   });
 
-  it('fails a file digest still being read when the thread is stopped, rather than leave it waiting', async () => {
+  it('stopped while reading a file: the digest fails rather than waits, and the file is not left open', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'ina-hash-'));
+    const file = join(dir, 'image');
+    // The buffer file is deleted afterwards; an open descriptor would keep its tmpfs memory in use.
+    const openOnFile = async () => {
+      const fds = await readdir('/proc/self/fd');
+      const targets = await Promise.all(fds.map((fd) => readlink(`/proc/self/fd/${fd}`).catch(() => '')));
+      return targets.includes(file);
+    };
     try {
-      await writeFile(join(dir, 'image'), Buffer.alloc(256 * 1024 * 1024));
+      await writeFile(file, Buffer.alloc(512 * 1024 * 1024));
       const hash = new HashWorker('sha512');
-      const pending = hash.digestOfFile(join(dir, 'image')).catch((e: unknown) => e);
+      const pending = hash.digestOfFile(file).catch((e: unknown) => e);
+      while (!(await openOnFile())) await new Promise((r) => setTimeout(r, 5));
       await hash.close();
       expect(await pending).toBeInstanceOf(CommandExecutionError);
+      expect(await openOnFile()).toBe(false);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

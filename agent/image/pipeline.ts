@@ -264,19 +264,22 @@ async function inspectBuffer(job: PipelineJob, file: string): Promise<{ format: 
  */
 function bufferChecksum(job: PipelineJob, hash: HashWorker, file: string, inline: string | null, expected: ExpectedDigest, url: string) {
   if (inline !== null) verifyDigest(expected, inline, job.info.id, url);
-  const fromFile = inline === null ? hash.digestOfFile(file) : null;
-  fromFile?.catch(() => undefined);
-  const verify = async () => {
-    if (!fromFile) return;
-    job.meter.start('verify', null);
-    verifyDigest(expected, await fromFile, job.info.id, url);
-  };
+  const checked = inline === null ? hash.digestOfFile(file).then((digest) => verifyDigest(expected, digest, job.info.id, url)) : null;
+  // Nobody waits for it when the disk cannot even be prepared; its failure must not go unhandled then.
+  checked?.catch(() => undefined);
+  let waited = false;
   return {
-    verify,
+    /** Waits for the file's checksum, as a phase of its own the first time. */
+    async verify(): Promise<void> {
+      if (!checked) return;
+      if (!waited) job.meter.start('verify', null);
+      waited = true;
+      await checked;
+    },
     /** The error to report for a failure that damaged bytes may have caused: their checksum mismatch, if any. */
     async explain(err: unknown): Promise<unknown> {
-      if (!fromFile || err instanceof ImageChecksumError) return err;
-      return verify().then(
+      if (!checked || err instanceof ImageChecksumError) return err;
+      return checked.then(
         () => err,
         (mismatch: unknown) => (mismatch instanceof ImageChecksumError ? mismatch : err),
       );
@@ -315,9 +318,8 @@ async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
         meter.start('table', null);
         await settlePartitionTable(device, head, guard, log);
       } catch (err) {
-        const reported = await checksum.explain(err);
         await wipeAfterFailure(device, job);
-        throw reported;
+        throw await checksum.explain(err);
       }
       return found.virtualSize;
     });
