@@ -12,7 +12,7 @@ import { buildIso, toWire } from '../helpers/configdrive.ts';
 import { FakeConductor } from '../helpers/fake-conductor.ts';
 import { readDevice } from '../helpers/image-agent.ts';
 import { startImageServer, type ImageServer } from '../helpers/image-server.ts';
-import { makeDiskImage, workDir } from '../helpers/make-image.ts';
+import { makeDiskImage, toQcow2, workDir } from '../helpers/make-image.ts';
 import { HOST_IN_GUEST, OUT, randomMac, startVm, until, type Vm } from './vm.ts';
 
 const CONDUCTOR_PORT = 6385;
@@ -142,7 +142,7 @@ describe('the ramdisk under QEMU', () => {
     expect(await exitWithin(v, 60_000), v.stderr()).toBe(0);
   });
 
-  it('deploys from a conductor: lookup, heartbeat, write_image with a config drive, power off; the disk file holds both', async () => {
+  it('deploys from a conductor: lookup, heartbeat, write_image of a qcow2 to a hinted second disk and of a raw image with a config drive to the first, power off; the disk files hold them', async () => {
     const mac = randomMac();
     conductor = await FakeConductor.start();
     const node = conductor.addNode({ macs: [mac] });
@@ -153,9 +153,15 @@ describe('the ramdisk under QEMU', () => {
     const raw = await readFile(img.path);
     const iso = await buildIso();
     const disk = await sparseDisk('vda.img', 5 * 1024 * MiB);
+    // The buffered path in the ramdisk: tmpfs buffer, the hash from the file, qemu-img onto the device.
+    const second = await makeDiskImage(work.dir, { sizeMiB: 8, table: 'mbr', name: 'second.raw' });
+    const qcow2 = await toQcow2(second.path);
+    const qcow2Url = new URL(await images.serveFile('second.qcow2', qcow2));
+    const secondDisk = await sparseDisk('vdb.img', 5 * 1024 * MiB);
 
     vm = await startVm({
       disk,
+      moreDisks: [secondDisk],
       serialLog: join(work.dir, 'serial.log'),
       mac,
       forwards: [
@@ -173,35 +179,39 @@ describe('the ramdisk under QEMU', () => {
     expect(c.lookups.length).toBeGreaterThan(0);
 
     const agent = c.clientFor(node.uuid, { pollIntervalMs: 1000, pollAttempts: 300 });
-    const step = {
-      interface: 'deploy',
-      step: 'write_image',
-      priority: 80,
-      reboot_requested: false,
-      args: {
-        image_info: {
-          id: 'e2e-image',
-          urls: [guestUrl],
-          disk_format: 'raw',
-          container_format: 'bare',
-          stream_raw_images: true,
-          os_hash_algo: 'sha256',
-          os_hash_value: createHash('sha256').update(raw).digest('hex'),
-        },
-        configdrive: toWire(iso),
-      },
+    const writeImage = async (args: Record<string, unknown>, properties: Record<string, unknown>) => {
+      const started = await agent.command('deploy.execute_deploy_step', {
+        step: { interface: 'deploy', step: 'write_image', priority: 80, reboot_requested: false, args },
+        node: { uuid: node.uuid, properties, instance_info: {}, driver_internal_info: {} },
+        ports: [],
+        deploy_version: { generic_hardware_manager: '1.2' },
+      });
+      expect(started.command_status).toBe('RUNNING');
+      const done = await agent.waitForCommand('deploy.execute_deploy_step');
+      expect(done.command_error).toBeNull();
+      expect(done.command_status).toBe('SUCCEEDED');
+      return JSON.stringify(done.command_result);
     };
-    const started = await agent.command('deploy.execute_deploy_step', {
-      step,
-      node: { uuid: node.uuid, properties: {}, instance_info: {}, driver_internal_info: {} },
-      ports: [],
-      deploy_version: { generic_hardware_manager: '1.2' },
-    });
-    expect(started.command_status).toBe('RUNNING');
-    const done = await agent.waitForCommand('deploy.execute_deploy_step');
-    expect(done.command_error).toBeNull();
-    expect(done.command_status).toBe('SUCCEEDED');
-    expect(JSON.stringify(done.command_result)).toMatch(/written to device \/dev\/vda/);
+    const qcow2Info = {
+      id: 'e2e-qcow2',
+      urls: [`http://${HOST_IN_GUEST}:${IMAGES_PORT}${qcow2Url.pathname}`],
+      disk_format: 'qcow2',
+      container_format: 'bare',
+      os_hash_algo: 'sha256',
+      os_hash_value: createHash('sha256').update(await readFile(qcow2)).digest('hex'),
+    };
+    expect(await writeImage({ image_info: qcow2Info }, { root_device: { name: '/dev/vdb' } })).toMatch(/written to device \/dev\/vdb/);
+
+    const rawInfo = {
+      id: 'e2e-image',
+      urls: [guestUrl],
+      disk_format: 'raw',
+      container_format: 'bare',
+      stream_raw_images: true,
+      os_hash_algo: 'sha256',
+      os_hash_value: createHash('sha256').update(raw).digest('hex'),
+    };
+    expect(await writeImage({ image_info: rawInfo, configdrive: toWire(iso) }, {})).toMatch(/written to device \/dev\/vda/);
 
     const screen = new RegExp(`Node\\s+${node.uuid}[^]*Heartbeat\\s+\\d\\d:\\d\\d:\\d\\d \\([^)]+ ago\\) ok[^]*\\[l\\] full log {2}\\[c\\] commands`);
     await until('the node and its heartbeat on the status screen', async () => (screen.test(v.serial()) ? true : undefined), 60_000);
@@ -223,6 +233,8 @@ describe('the ramdisk under QEMU', () => {
     expect(labels).toContain('config-2');
     const cd = parts[labels.indexOf('config-2')]!;
     expect(await readDevice(disk, cd.start * 512, cd.start * 512 + iso.length)).toEqual(iso);
+    // The qcow2 converted onto the second disk: the same bytes as the raw image it was made from.
+    expect((await readDevice(secondDisk, 0, second.sizeBytes)).equals(await readFile(second.path))).toBe(true);
   });
 
   it('registers the disk\'s UEFI boot loader with the firmware when booted through OVMF (install_bootloader), and the entry survives in its variable store', async () => {

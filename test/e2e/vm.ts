@@ -1,4 +1,4 @@
-// Boots the built ramdisk in QEMU for the e2e tests: one virtio disk file, user-mode networking with
+// Boots the built ramdisk in QEMU for the e2e tests: virtio disk files, user-mode networking with
 // `restrict=on` (the guest reaches nothing but the forwards given here), the agent's port forwarded
 // to a free loopback port, and the serial console written to a file. KVM only where a real one is
 // loaded (kvm_intel/kvm_amd); elsewhere TCG.
@@ -21,7 +21,9 @@ export interface GuestForward {
 }
 
 export interface VmOptions {
+  /** The first disk (/dev/vda); `moreDisks` follow as /dev/vdb and on. */
   disk: string;
+  moreDisks?: string[];
   serialLog: string;
   mac: string;
   forwards: GuestForward[];
@@ -81,8 +83,10 @@ export async function startVm(o: VmOptions): Promise<Vm> {
     '-chardev', `socket,id=s0,path=${o.serialLog}.sock,server=on,wait=off,logfile=${o.serialLog}`, '-serial', 'chardev:s0',
     '-kernel', kernel, '-initrd', join(OUT, 'initramfs.img'),
     '-append', `console=ttyS0 panic=-1 quiet loglevel=3 ${o.append(agentPort)}`,
-    '-drive', `file=${o.disk},if=none,id=d0,format=raw,cache=unsafe`,
-    '-device', 'virtio-blk-pci,drive=d0,serial=E2EDISK0',
+    ...[o.disk, ...(o.moreDisks ?? [])].flatMap((file, i) => [
+      '-drive', `file=${file},if=none,id=d${i},format=raw,cache=unsafe`,
+      '-device', `virtio-blk-pci,drive=d${i},serial=E2EDISK${i}`,
+    ]),
     '-netdev', netdev,
     '-device', `virtio-net-pci,netdev=n0,mac=${o.mac},romfile=`,
     ...(o.uefi
