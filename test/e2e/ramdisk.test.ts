@@ -89,7 +89,7 @@ async function manifestSize(): Promise<string> {
 }
 
 describe('the ramdisk under QEMU', () => {
-  it('boots standalone with ipa-debug: the API answers through hostfwd, the console shows its pages, the agent log and a shell, init restarts a killed agent, power_off stops the VM', async () => {
+  it('boots standalone with ipa-debug: the API answers through hostfwd, the console shows its pages, the agent log and a shell, init restarts a killed agent, the system logs are collected, power_off stops the VM', async () => {
     vm = await startVm({
       disk: await sparseDisk('vda.img', 64 * MiB),
       serialLog: join(work.dir, 'serial.log'),
@@ -137,6 +137,16 @@ describe('the ramdisk under QEMU', () => {
     }, 120_000);
     expect(again.version).toBe(status.version);
     await seen(/Agent\s+serving, up [^,]+, restarted 1x/, mark);
+
+    // The logs a conductor collects, made by the ramdisk's own tools (busybox tar, dmesg, ip; util-linux lsblk).
+    const logs = await agentCommand(v, 'log.collect_system_logs');
+    expect(logs.command_status).toBe('SUCCEEDED');
+    const archive = Buffer.from((logs.command_result as unknown as { system_logs: string }).system_logs, 'base64');
+    const member = async (name: string) => (await execa('tar', ['-xzOf', '-', `./${name}`], { input: archive })).stdout;
+    expect(await member('agent.log')).toContain('agent API listening');
+    expect(await member('dmesg')).toMatch(/Linux version/);
+    expect(await member('lsblk-json')).toContain('"name": "vda"');
+    expect(await member('ip_addr')).toMatch(/eth0[^]*10\.0\.2\.15/);
 
     expect((await agentCommand(v, 'standby.power_off')).command_status).toBe('SUCCEEDED');
     expect(await exitWithin(v, 60_000), v.stderr()).toBe(0);
