@@ -89,9 +89,13 @@ async function manifestSize(): Promise<string> {
 }
 
 describe('the ramdisk under QEMU', () => {
-  it('boots standalone with ipa-debug: the API answers through hostfwd, the console shows its pages, the agent log and a shell, init restarts a killed agent, the system logs are collected, power_off stops the VM', async () => {
+  it('boots standalone with ipa-debug: the API answers through hostfwd, the console shows its pages, the agent log and a shell, init restarts a killed agent, the system logs are collected, erase_devices_metadata clears the disk, power_off stops the VM', async () => {
+    // A disk with a label and a filesystem, for the ramdisk's own cleaning to erase.
+    const disk = await sparseDisk('vda.img', 64 * MiB);
+    await execa('sgdisk', ['-n', '1:2048:+16M', '-t', '1:8300', disk]);
+    await execa('mkfs.vfat', ['--offset', '2048', disk, String(16 * 1024)]);
     vm = await startVm({
-      disk: await sparseDisk('vda.img', 64 * MiB),
+      disk,
       serialLog: join(work.dir, 'serial.log'),
       mac: randomMac(),
       forwards: [],
@@ -148,8 +152,22 @@ describe('the ramdisk under QEMU', () => {
     expect(await member('lsblk-json')).toContain('"name": "vda"');
     expect(await member('ip_addr')).toMatch(/eth0[^]*10\.0\.2\.15/);
 
+    // Cleaning with the ramdisk's wipefs, sgdisk and dd, as a conductor asks for it.
+    const cleaned = await agentCommand(v, 'clean.execute_clean_step', {
+      step: { step: 'erase_devices_metadata', priority: 99, interface: 'deploy', reboot_requested: false, abortable: true },
+      node: { uuid: 'e2e-standalone', properties: {}, instance_info: {}, driver_internal_info: {} },
+      ports: [],
+      clean_version: {},
+    });
+    expect(cleaned.command_error).toBeNull();
+    expect(cleaned.command_status).toBe('SUCCEEDED');
+
     expect((await agentCommand(v, 'standby.power_off')).command_status).toBe('SUCCEEDED');
     expect(await exitWithin(v, 60_000), v.stderr()).toBe(0);
+    expect((await execa('wipefs', ['-n', '--noheadings', disk])).stdout.trim()).toBe('');
+    expect((await readDevice(disk, 0, MiB)).every((b) => b === 0)).toBe(true);
+    // The old partition's filesystem is gone too, not just the table that pointed at it.
+    expect((await execa('blkid', ['-p', '-O', String(MiB), disk], { reject: false })).exitCode).toBe(2);
   });
 
   it('deploys from a conductor: lookup, heartbeat, write_image of a qcow2 to a hinted second disk and of a raw image with a config drive to the first, power off; the disk files hold them', async () => {
