@@ -97,7 +97,6 @@ export class ProgressMeter {
   }
 }
 
-
 export function formatProgress(r: ProgressReport): string {
   const done = `${(r.bytes_done / MiB).toFixed(1)} MiB`;
   const of = r.bytes_total !== null ? ` of ${(r.bytes_total / MiB).toFixed(1)} MiB` : '';

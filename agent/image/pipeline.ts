@@ -154,7 +154,7 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
   let written: Buffer = Buffer.alloc(0);
   let bytes = 0;
   let touched = false;
-  let url = info.urls[0]!;
+  let url = shownUrl(info.urls[0]!);
   try {
     // The phase includes the request, so that its logged duration is the whole transfer.
     meter.start('stream', null);

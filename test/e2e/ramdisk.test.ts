@@ -75,7 +75,7 @@ async function agentCommand(v: Vm, name: string, params: Record<string, unknown>
     body: JSON.stringify({ name, params }),
   });
   expect(r.statusCode).toBe(200);
-  return (await r.body.json()) as { command_status: string; command_result: { result: string } | null; command_error: unknown };
+  return (await r.body.json()) as { command_status: string; command_result: { result: string; system_logs?: string } | null; command_error: unknown };
 }
 
 /** QEMU's exit code once the VM powers off, or 'still running' after `ms`. */
@@ -145,7 +145,7 @@ describe('the ramdisk under QEMU', () => {
     // The logs a conductor collects, made by the ramdisk's own tools (busybox tar, dmesg, ip; util-linux lsblk).
     const logs = await agentCommand(v, 'log.collect_system_logs');
     expect(logs.command_status).toBe('SUCCEEDED');
-    const archive = Buffer.from((logs.command_result as unknown as { system_logs: string }).system_logs, 'base64');
+    const archive = Buffer.from(logs.command_result!.system_logs!, 'base64');
     const member = async (name: string) => (await execa('tar', ['-xzOf', '-', `./${name}`], { input: archive })).stdout;
     expect(await member('agent.log')).toContain('agent API listening');
     expect(await member('dmesg')).toMatch(/Linux version/);
