@@ -228,6 +228,7 @@ async function main(): Promise<void> {
     const seconds = new Map<string, number[]>();
     const cpu = new Map<string, number[]>();
     const peaks = new Map<string, number>();
+    const mib = (b: number) => (b / MiB).toFixed(1);
     const phases = new Map<string, Map<string, number[]>>();
     const idles: number[] = [];
     for (let rep = 1 - WARMUP; rep <= REPS; rep++) {
@@ -251,7 +252,8 @@ async function main(): Promise<void> {
         }
         seconds.set(c.name, [...(seconds.get(c.name) ?? []), s]);
         cpu.set(c.name, [...(cpu.get(c.name) ?? []), out.cpuSeconds]);
-        console.log(`  rep ${rep}  ${c.name.padEnd(30)} ${s.toFixed(2)} s  (CPU ${out.cpuSeconds.toFixed(2)} s)`);
+        const peak = 'peakRssBytes' in out ? `, peak ${mib(out.peakRssBytes)} MiB` : '';
+        console.log(`  rep ${rep}  ${c.name.padEnd(30)} ${s.toFixed(2)} s  (CPU ${out.cpuSeconds.toFixed(2)} s${peak})`);
       }
     }
 
@@ -283,7 +285,6 @@ async function main(): Promise<void> {
       ['agent qcow2', 'curl > f && qemu-img -t none', 1.05],
     ];
     for (const [a, b, target] of ratios) if (seconds.has(a) && seconds.has(b)) ratio(a, b, target);
-    const mib = (b: number) => (b / MiB).toFixed(1);
     if (peaks.size > 0) {
       console.log(`\nAgent peak RSS (VmHWM, target ≤ 120 MB = 114.4 MiB); idle before the deploy: ${mib(Math.max(...idles))} MiB (the esbuild bundle the ramdisk runs)`);
       for (const [name, peak] of peaks) console.log(`  ${name.padEnd(30)} ${mib(peak)} MiB${name === 'agent qcow2' ? ' (its buffer is in tmpfs, not in the agent)' : ''}`);
