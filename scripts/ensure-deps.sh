@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs what the agent, its tests and its demo need, when missing: npm packages and Debian tools.
+# Installs what the agent, its tests, its demo and its bench need, when missing: npm packages and Debian tools.
+# With `vm`, also what building the ramdisk and booting it under QEMU need (a few hundred MB that the demo and
+# the unit tests never use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,10 +14,14 @@ declare -A tools=(
   [sgdisk]=gdisk [parted]=parted [qemu-img]=qemu-utils [mkfs.vfat]=dosfstools [mcopy]=mtools
   [genisoimage]=genisoimage [mkfs.ext4]=e2fsprogs [losetup]=mount [wipefs]=util-linux [blkid]=util-linux
   [zstd]=zstd [xz]=xz-utils [sfdisk]=fdisk [partprobe]=parted [blkdiscard]=util-linux [curl]=curl
-  [qemu-system-x86_64]=qemu-system-x86 [readelf]=binutils [strip]=binutils [openssl]=openssl [ip]=iproute2
+  [openssl]=openssl [ip]=iproute2
 )
-# file -> Debian package, for packages that bring no command (UEFI firmware for the QEMU tests)
-declare -A files=([/usr/share/OVMF/OVMF_CODE_4M.fd]=ovmf)
+# file -> Debian package, for packages that bring no command
+declare -A files=()
+if [ "${1:-}" = vm ]; then
+  tools+=([qemu-system-x86_64]=qemu-system-x86 [readelf]=binutils [strip]=binutils)
+  files+=([/usr/share/OVMF/OVMF_CODE_4M.fd]=ovmf)
+fi
 missing=()
 for cmd in "${!tools[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${tools[$cmd]}")
