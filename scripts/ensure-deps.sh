@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the agent, its tests, its demo and its bench need, when missing: npm packages and Debian tools.
-# With `vm`, also what building the ramdisk and booting it under QEMU need (a few hundred MB that the demo and
-# the unit tests never use).
+# With `vm`, also what building the ramdisk and booting it under QEMU need (QEMU, OVMF and binutils: about 90 MB
+# installed before their libraries, which the demo, the unit tests and the bench never use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
