@@ -13,7 +13,7 @@ fi
 declare -A tools=(
   [sgdisk]=gdisk [parted]=parted [qemu-img]=qemu-utils [mkfs.vfat]=dosfstools [mcopy]=mtools
   [genisoimage]=genisoimage [mkfs.ext4]=e2fsprogs [losetup]=mount [wipefs]=util-linux [blkid]=util-linux
-  [zstd]=zstd [xz]=xz-utils [sfdisk]=fdisk [partprobe]=parted [blkdiscard]=util-linux [curl]=curl
+  [pigz]=pigz [zstd]=zstd [xz]=xz-utils [sfdisk]=fdisk [partprobe]=parted [blkdiscard]=util-linux [curl]=curl
   [openssl]=openssl [ip]=iproute2
 )
 # file -> Debian package, for packages that bring no command

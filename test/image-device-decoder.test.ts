@@ -1,10 +1,11 @@
-// zstd and xz on the stream path: the gate that decodes just the head of an image before anything is
+// Compressed images on the stream path (gzip through pigz, zstd, xz): the gate that decodes just the head of an image before anything is
 // written (small images, decompression bombs, streams that hide their data behind skippable frames), and
 // `<tool> -dc | dd` onto a real loop device (the bytes, the count, a device too small, broken data).
 import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { decodedHeadGate, DeviceDecoder } from '../agent/image/device-decoder.ts';
+import type { Compressed } from '../agent/image/decompress.ts';
 import { TooLargeError } from '../agent/image/block-writer.ts';
 import { InvalidImage, ToolError } from '../agent/errors.ts';
 import { DeviceGuard } from '../agent/safety/device-guard.ts';
@@ -13,8 +14,10 @@ import { MiB, withLoops } from './helpers/loop.ts';
 
 const HEAD = 64 * 1024;
 
-async function pack(kind: 'zstd' | 'xz', data: Buffer): Promise<Buffer> {
-  const { stdout } = await execa(kind, kind === 'zstd' ? ['-q', '-c', '-1'] : ['-c', '-0'], { input: data, encoding: 'buffer' });
+const PACK_ARGS = { gzip: ['-c', '-1'], zstd: ['-q', '-c', '-1'], xz: ['-c', '-0'] };
+
+async function pack(kind: Compressed, data: Buffer): Promise<Buffer> {
+  const { stdout } = await execa(kind, PACK_ARGS[kind], { input: data, encoding: 'buffer' });
   return Buffer.from(stdout);
 }
 
@@ -35,7 +38,7 @@ async function drain(source: AsyncIterable<Buffer>): Promise<Buffer> {
   return Buffer.concat(parts);
 }
 
-describe.each(['zstd', 'xz'] as const)('%s: the decoded-head gate', (kind) => {
+describe.each(['gzip', 'zstd', 'xz'] as const)('%s: the decoded-head gate', (kind) => {
   it('hands the whole image to the check when it is smaller than the head, and passes every byte on', async () => {
     const image = randomBytes(20_000);
     const packed = await pack(kind, image);
@@ -46,7 +49,7 @@ describe.each(['zstd', 'xz'] as const)('%s: the decoded-head gate', (kind) => {
   });
 
   it('stops decoding at the head of a decompression bomb (64 GiB of zeros), having held back little', async () => {
-    // Concatenated frames (streams, for xz) are one valid image: 1024 × 64 MiB of zeros.
+    // Concatenated frames (members for gzip, streams for xz) are one valid image: 1024 × 64 MiB of zeros.
     const packed = Buffer.concat(Array(1024).fill(await pack(kind, Buffer.alloc(64 * MiB))));
     const pulled = { bytes: 0 };
     let seen: Buffer | undefined;
@@ -110,7 +113,7 @@ it('a decoder that cannot be started is a ToolError, not a verdict on the image'
 });
 
 describe('<tool> -dc | dd onto a loop device', () => {
-  it.each(['zstd', 'xz'] as const)('%s: writes the decoded image and reports its size', async (kind) => {
+  it.each(['gzip', 'zstd', 'xz'] as const)('%s: writes the decoded image and reports its size', async (kind) => {
     await withLoops([8 * MiB], async ([loop]) => {
       const image = Buffer.concat([randomBytes(3 * MiB), Buffer.alloc(MiB), randomBytes(1234)]);
       const decoder = await DeviceDecoder.start(kind, loop!.path, new DeviceGuard([loop!.path]));

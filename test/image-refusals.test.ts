@@ -76,7 +76,7 @@ describe('refused before the device is written', () => {
     await expectRefused(await deployFile(qcow2, { disk_format: 'raw', stream_raw_images: false }), 'InvalidImage', /actually qcow2/);
   });
 
-  it.each(['zstd', 'xz'] as const)('a %s-packed qcow2 image that claims to be raw, streamed', async (kind) => {
+  it.each(['gzip', 'zstd', 'xz'] as const)('a %s-packed qcow2 image that claims to be raw, streamed', async (kind) => {
     const packed = await compress(await toQcow2(small.path, join(work.dir, `disguised-${kind}.qcow2`)), kind);
     await expectRefused(await deployFile(packed, { disk_format: 'raw', stream_raw_images: true }), 'InvalidImage', /actually qcow2/);
   });
@@ -255,7 +255,7 @@ async function expectNoDiskLabel(): Promise<void> {
 }
 
 describe('a packed image that goes wrong after writing began', () => {
-  it.each(['zstd', 'xz'] as const)('%s: data broken past the head fails as an invalid image, and no disk label is left', async (kind) => {
+  it.each(['gzip', 'zstd', 'xz'] as const)('%s: data broken past the head fails as an invalid image, and no disk label is left', async (kind) => {
     const img = await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 14, name: `late-${kind}.raw`, randomKiB: 10 * 1024 });
     const packed = await readFile(await compress(img.path, kind));
     for (let i = packed.length - 64 * 1024; i < packed.length - 100; i += 97) packed[i] = packed[i]! ^ 0x5a;
@@ -268,9 +268,9 @@ describe('a packed image that goes wrong after writing began', () => {
     await expectNoDiskLabel();
   });
 
-  it('zstd: an image that decodes to more than the disk fails as too large, and no disk label is left', async () => {
-    const big = await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 24, name: 'big-packed.raw', randomKiB: 64 });
-    const r = await deployFile(await compress(big.path, 'zstd'), { disk_format: 'raw', stream_raw_images: true });
+  it.each(['gzip', 'zstd'] as const)('%s: an image that decodes to more than the disk fails as too large, and no disk label is left', async (kind) => {
+    const big = await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 24, name: `big-packed-${kind}.raw`, randomKiB: 64 });
+    const r = await deployFile(await compress(big.path, kind), { disk_format: 'raw', stream_raw_images: true });
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error!.type).toBe('ImageWriteError');
     expect(r.command_error!.details).toMatch(/decompressed image is larger than/);

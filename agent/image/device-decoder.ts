@@ -1,7 +1,7 @@
-// zstd and xz images on the stream path: the decoder writes into `dd` through a kernel pipe, and dd writes
-// the device with O_DIRECT, so the decoded bytes (often several times the download) never pass through
-// the agent. Carried through Node, they made the deploy take 1.08–1.18× `curl | zstd -dc | dd` on two
-// cores; now it takes 0.74–0.96×. gzip stays in-process (zlib), where it already beats `gzip -dc`.
+// Compressed images on the stream path: the decoder (pigz, zstd or xz) writes into `dd` through a kernel
+// pipe, and dd writes the device with O_DIRECT, so the decoded bytes (often several times the download)
+// never pass through the agent. Carried through Node, they made the deploy take 1.08–1.18× `curl | zstd
+// -dc | dd` on two cores, and made the agent's memory grow with a gzip image; now zstd takes 0.74–0.96×.
 // The agent must still see the decoded head before anything is written (a disguised format is refused,
 // old signatures are cleared): `decodedHeadGate` holds the first compressed chunks back and decodes them
 // with a second, throwaway decoder that is stopped as soon as the head is out.
@@ -11,8 +11,7 @@ import { AgentError, ImageWriteError, InvalidImage, ToolError, errorText } from 
 import type { DeviceGuard } from '../safety/device-guard.ts';
 import { TooLargeError } from './block-writer.ts';
 import { rest } from './peek.ts';
-
-export type ExternalCompression = 'zstd' | 'xz';
+import { DECODER_TOOL, type Compressed } from './decompress.ts';
 
 /** Compressed bytes held back while looking for the head: far more than any real image needs for 64 KiB. */
 const MAX_HELD_BYTES = 8 * 1024 * 1024;
@@ -54,10 +53,10 @@ class HeadProbe {
   private readonly done: Promise<void>;
 
   constructor(
-    private readonly kind: ExternalCompression,
+    private readonly kind: Compressed,
     private readonly bytes: number,
   ) {
-    this.child = spawn(kind, ['-dc'], { stdio: ['pipe', 'pipe', 'pipe'] });
+    this.child = spawn(DECODER_TOOL[kind], ['-dc'], { stdio: ['pipe', 'pipe', 'pipe'] });
     this.exit = exitOf(this.child);
     // The probe may be stopped while it is still being fed.
     this.child.stdin!.on('error', () => undefined);
@@ -116,7 +115,7 @@ class HeadProbe {
  * first `bytes` (fewer if the image is smaller), gives those to `check` (which may refuse), then passes
  * every chunk on unchanged.
  */
-export function decodedHeadGate(kind: ExternalCompression, bytes: number, check: (head: Buffer) => Promise<void>) {
+export function decodedHeadGate(kind: Compressed, bytes: number, check: (head: Buffer) => Promise<void>) {
   return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
     const it = source[Symbol.asyncIterator]();
     const held: Buffer[] = [];
@@ -156,7 +155,7 @@ export class DeviceDecoder {
   private readonly copied: Promise<Exit>;
 
   private constructor(
-    private readonly kind: ExternalCompression,
+    private readonly kind: Compressed,
     private readonly device: string,
     private readonly decoder: ChildProcess,
     private readonly dd: ChildProcess,
@@ -167,7 +166,7 @@ export class DeviceDecoder {
     decoder.stdin!.on('error', () => undefined);
   }
 
-  static async start(kind: ExternalCompression, device: string, guard: DeviceGuard): Promise<DeviceDecoder> {
+  static async start(kind: Compressed, device: string, guard: DeviceGuard): Promise<DeviceDecoder> {
     await guard.assertWritable(device, 'write an image to');
     // Whole 1 MiB blocks from the pipe (iflag=fullblock): dd drops O_DIRECT for good after its first short
     // write, which a pipe would otherwise give it at once. One fdatasync at the end, as for raw images.
@@ -175,7 +174,7 @@ export class DeviceDecoder {
       stdio: ['pipe', 'ignore', 'pipe'],
       env: { ...process.env, LC_ALL: 'C' },
     });
-    const decoder = spawn(kind, ['-dc'], { stdio: ['pipe', dd.stdin!, 'pipe'] });
+    const decoder = spawn(DECODER_TOOL[kind], ['-dc'], { stdio: ['pipe', dd.stdin!, 'pipe'] });
     // The decoder holds the pipe's write end now; dd sees the end of its input when the decoder exits.
     dd.stdin!.destroy();
     return new DeviceDecoder(kind, device, decoder, dd);

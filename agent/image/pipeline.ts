@@ -1,12 +1,12 @@
 // The deploy data path, in one place. Stream path (raw images with stream_raw_images):
-//   download ─▶ hash + count ─▶ plain or gzip: decode in the agent ─▶ head gate ─▶ device
-//                            └▶ zstd or xz: decoded-head gate ─▶ `zstd|xz -dc | dd` ─▶ device
+//   download ─▶ hash + count ─▶ plain: head gate ─▶ device
+//                            └▶ gzip, zstd or xz: decoded-head gate ─▶ `pigz|zstd|xz -dc | dd` ─▶ device
 // Buffered path (everything else):
 //   download ─▶ count (+ hash if compressed) ─▶ decompress ─▶ buffer file ─▶ inspect ─▶ qemu-img / copy ─▶ device
 //                                                                      └▶ hash (if not compressed) ─▶ verify
 // The hash covers the downloaded bytes and runs on a worker thread (hash-worker.ts), the disk writes run
 // in libuv's pool with several in flight (block-writer.ts), so the main thread only moves bytes and the
-// three overlap. zstd and xz output skips the agent altogether (device-decoder.ts). A broken download
+// three overlap. On the stream path, decoded output skips the agent altogether (device-decoder.ts). A broken download
 // resumes inside fetch.ts where the server allows it; otherwise the whole attempt is retried from byte zero.
 import { createReadStream } from 'node:fs';
 import { open, rm, stat } from 'node:fs/promises';
@@ -177,12 +177,12 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
       await pipeline(image.body, tap(hash, meter), async (downloaded: AsyncIterable<Buffer>) => {
         const sniffed = await sniffCompression(downloaded);
         compression = sniffed.kind;
-        if (sniffed.kind === 'zstd' || sniffed.kind === 'xz') {
+        if (sniffed.kind !== 'none') {
           const decoder = (sink = await DeviceDecoder.start(sniffed.kind, device.path, guard));
           bytes = await decoder.write(decodedHeadGate(sniffed.kind, INSPECT_HEAD_BYTES, checkHead)(sniffed.chunks));
         } else {
           const writer = (sink = await BlockWriter.open(device.path, device.size, guard));
-          await pipeline(sniffed.chunks, decodeStage(sniffed.kind), headGate(INSPECT_HEAD_BYTES, checkHead), writer);
+          await pipeline(sniffed.chunks, headGate(INSPECT_HEAD_BYTES, checkHead), writer);
           bytes = writer.written;
         }
       });

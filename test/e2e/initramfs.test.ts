@@ -6,6 +6,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { DECODER_TOOL } from '../../agent/image/decompress.ts';
 import { OUT } from './vm.ts';
 
 interface Entry {
@@ -108,7 +109,7 @@ describe('the built initramfs', () => {
     const named = [...source.matchAll(/\b(?:run|spawnTool|execa)\(\s*'([\w.-]+)'/g)].map((m) => m[1]!);
     // Named through a variable or run by another tool: the decoders, qemu-img under prlimit, the table
     // re-read, power, the log collectors (but journalctl: no systemd here, and collection skips it).
-    const indirect = ['zstd', 'xz', 'qemu-img', 'partx', 'blockdev', 'poweroff', 'reboot', 'dmesg', 'df', 'ps'];
+    const indirect = [...Object.values(DECODER_TOOL), 'qemu-img', 'partx', 'blockdev', 'poweroff', 'reboot', 'dmesg', 'df', 'ps'];
     expect(named.length).toBeGreaterThan(15);
     const missing = [...new Set([...named, ...indirect])].filter((tool) => !program(tool));
     expect(missing).toEqual([]);
