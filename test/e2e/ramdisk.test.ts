@@ -12,7 +12,7 @@ import { buildIso, toWire } from '../helpers/configdrive.ts';
 import { FakeConductor } from '../helpers/fake-conductor.ts';
 import { readDevice } from '../helpers/image-agent.ts';
 import { startImageServer, type ImageServer } from '../helpers/image-server.ts';
-import { makeDiskImage, toQcow2, workDir } from '../helpers/make-image.ts';
+import { compress, makeDiskImage, toQcow2, workDir } from '../helpers/make-image.ts';
 import { HOST_IN_GUEST, OUT, randomMac, startVm, until, type Vm } from './vm.ts';
 
 const CONDUCTOR_PORT = 6385;
@@ -170,7 +170,7 @@ describe('the ramdisk under QEMU', () => {
     expect((await execa('blkid', ['-p', '-O', String(MiB), disk], { reject: false })).exitCode).toBe(2);
   });
 
-  it('deploys from a conductor: lookup, heartbeat, write_image of a qcow2 to a hinted second disk and of a raw image with a config drive to the first, power off; the disk files hold them', async () => {
+  it('deploys from a conductor: lookup, heartbeat, write_image of a qcow2 to a hinted second disk, of a gzip image to a third and of a raw image with a config drive to the first, power off; the disk files hold them', async () => {
     const mac = randomMac();
     conductor = await FakeConductor.start();
     const node = conductor.addNode({ macs: [mac] });
@@ -186,10 +186,15 @@ describe('the ramdisk under QEMU', () => {
     const qcow2 = await toQcow2(second.path);
     const qcow2Url = new URL(await images.serveFile('second.qcow2', qcow2));
     const secondDisk = await sparseDisk('vdb.img', 5 * 1024 * MiB);
+    // The stream path for compressed images in the ramdisk: pigz into dd.
+    const third = await makeDiskImage(work.dir, { sizeMiB: 8, table: 'gpt', name: 'third.raw' });
+    const packed = await compress(third.path, 'gzip');
+    const packedUrl = new URL(await images.serveFile('third.raw.gz', packed));
+    const thirdDisk = await sparseDisk('vdc.img', 64 * MiB);
 
     vm = await startVm({
       disk,
-      moreDisks: [secondDisk],
+      moreDisks: [secondDisk, thirdDisk],
       serialLog: join(work.dir, 'serial.log'),
       mac,
       forwards: [
@@ -230,6 +235,17 @@ describe('the ramdisk under QEMU', () => {
     };
     expect(await writeImage({ image_info: qcow2Info }, { root_device: { name: '/dev/vdb' } })).toMatch(/written to device \/dev\/vdb/);
 
+    const gzipInfo = {
+      id: 'e2e-gzip',
+      urls: [`http://${HOST_IN_GUEST}:${IMAGES_PORT}${packedUrl.pathname}`],
+      disk_format: 'raw',
+      container_format: 'bare',
+      stream_raw_images: true,
+      os_hash_algo: 'sha256',
+      os_hash_value: createHash('sha256').update(await readFile(packed)).digest('hex'),
+    };
+    expect(await writeImage({ image_info: gzipInfo }, { root_device: { name: '/dev/vdc' } })).toMatch(/written to device \/dev\/vdc/);
+
     const rawInfo = {
       id: 'e2e-image',
       urls: [guestUrl],
@@ -263,6 +279,9 @@ describe('the ramdisk under QEMU', () => {
     expect(await readDevice(disk, cd.start * 512, cd.start * 512 + iso.length)).toEqual(iso);
     // The qcow2 converted onto the second disk: the same bytes as the raw image it was made from.
     expect((await readDevice(secondDisk, 0, second.sizeBytes)).equals(await readFile(second.path))).toBe(true);
+    // The gzip image on the third: its partition's bytes (the table itself changed when its backup moved to the disk's end).
+    const { start, end } = third.partition;
+    expect((await readDevice(thirdDisk, start, end)).equals((await readFile(third.path)).subarray(start, end))).toBe(true);
   });
 
   it('registers the disk\'s UEFI boot loader with the firmware when booted through OVMF (install_bootloader), and the entry survives in its variable store', async () => {
