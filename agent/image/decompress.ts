@@ -1,12 +1,9 @@
-// On-the-fly decompression of a downloaded image, chosen by the first bytes, through Debian's tools.
-// gzip goes through pigz rather than Node's zlib: in-process, every 32 KiB of output was a fresh Buffer,
-// and the dead ones piled up in V8's old generation until its first full collection, so the agent's peak
-// memory grew with the image (118 MiB at 4 GiB, over its 120 MB budget). On the stream path pigz keeps it
-// flat (98 MiB) and still beats `gzip -dc`, since its own threads read, write and check the CRC beside the inflating one.
-import { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
-import { AgentError, InvalidImage, errorText } from '../errors.ts';
-import { spawnTool } from '../exec.ts';
+// Which compression a downloaded image came in, told by its first bytes, and the Debian tool that decodes it
+// (device-decoder.ts onto the device, file-decoder.ts into the buffer file). gzip goes through pigz rather
+// than Node's zlib: in-process, every 32 KiB of output was a fresh Buffer, and the dead ones piled up in V8's
+// old generation until its first full collection, so the agent's peak memory grew with the image (118 MiB at
+// 4 GiB, over its 120 MB budget; 98 MiB through pigz). pigz still beats `gzip -dc`: its own threads read,
+// write and check the CRC beside the one that inflates.
 import { readAtLeast, rest } from './peek.ts';
 
 export type Compression = 'gzip' | 'zstd' | 'xz' | 'none';
@@ -35,34 +32,4 @@ export async function sniffCompression(source: AsyncIterable<Buffer>): Promise<{
     yield* rest(it);
   }
   return { kind: detectCompression(head), chunks: chunks() };
-}
-
-/**
- * A pipeline stage that decodes data of the given compression with its tool, whose output comes back through
- * the agent (the buffered path; the stream path uses device-decoder.ts); plain data passes through.
- */
-export function decodeStage(kind: Compression) {
-  return async function* decode(source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
-    if (kind === 'none') {
-      yield* source;
-      return;
-    }
-    // The tool's own pipes, without execa's stream wrappers: this is the hot path.
-    const tool = spawnTool(DECODER_TOOL[kind], ['-dc'], { buffer: { stdout: false, stderr: true }, stripFinalNewline: true });
-    const feeding = pipeline(Readable.from(source), tool.stdin!);
-    feeding.catch(() => undefined);
-    tool.catch(() => undefined);
-    try {
-      for await (const chunk of tool.stdout!) yield chunk as Buffer;
-      await tool;
-      await feeding;
-    } catch (err) {
-      // Download errors pass through the decoder unchanged; anything else is the decoder's verdict.
-      if (err instanceof AgentError) throw err;
-      throw new InvalidImage(`the image's ${kind} data could not be decompressed: ${errorText(err)}`);
-    } finally {
-      tool.stdin!.destroy();
-      tool.stdout!.destroy();
-    }
-  };
 }

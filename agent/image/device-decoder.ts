@@ -7,41 +7,15 @@
 // with a second, throwaway decoder that is stopped as soon as the head is out.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { pipeline } from 'node:stream/promises';
-import { AgentError, ImageWriteError, InvalidImage, ToolError, errorText } from '../errors.ts';
+import { AgentError, ImageWriteError, InvalidImage, errorText } from '../errors.ts';
 import type { DeviceGuard } from '../safety/device-guard.ts';
 import { TooLargeError } from './block-writer.ts';
 import { rest } from './peek.ts';
 import { DECODER_TOOL, type Compressed } from './decompress.ts';
+import { assertStarted, exitOf, failed, reason, type Exit } from './tool-exit.ts';
 
 /** Compressed bytes held back while looking for the head: far more than any real image needs for 64 KiB. */
 const MAX_HELD_BYTES = 8 * 1024 * 1024;
-
-interface Exit {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stderr: string;
-  /** The tool never ran (not installed, not executable): a fault of the ramdisk, not of the image. */
-  notStarted?: string;
-}
-
-function exitOf(child: ChildProcess): Promise<Exit> {
-  let stderr = '';
-  child.stderr!.setEncoding('utf8').on('data', (text: string) => {
-    if (stderr.length < 4000) stderr += text;
-  });
-  return new Promise((resolve) => {
-    child.once('error', (err) => resolve({ code: null, signal: null, stderr, notStarted: `${child.spawnfile} could not be started: ${err.message}` }));
-    child.once('close', (code, signal) => resolve({ code, signal, stderr: stderr.trim() }));
-  });
-}
-
-/** Throws a ToolError for a tool that never ran, so that it is not mistaken for bad image data. */
-function assertStarted(...exits: Exit[]): void {
-  for (const e of exits) if (e.notStarted) throw new ToolError(e.notStarted);
-}
-
-const failed = (e: Exit) => e.code !== 0;
-const reason = (e: Exit) => e.stderr.slice(0, 2000) || (e.signal ? `killed by ${e.signal}` : `exit code ${e.code}`);
 
 /** A decoder whose output the agent reads only until it has the first `bytes`; then it is stopped. */
 class HeadProbe {

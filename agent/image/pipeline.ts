@@ -2,12 +2,14 @@
 //   download ─▶ hash + count ─▶ plain: head gate ─▶ device
 //                            └▶ gzip, zstd or xz: decoded-head gate ─▶ `pigz|zstd|xz -dc | dd` ─▶ device
 // Buffered path (everything else):
-//   download ─▶ count (+ hash if compressed) ─▶ decompress ─▶ buffer file ─▶ inspect ─▶ qemu-img / copy ─▶ device
-//                                                                      └▶ hash (if not compressed) ─▶ verify
+//   download ─▶ count ─▶ plain: buffer file ─▶ inspect ─▶ qemu-img / copy ─▶ device
+//                    │                  └▶ hash ─▶ verify
+//                    └▶ gzip, zstd or xz: hash ─▶ `pigz|zstd|xz -dc > buffer file` ─▶ inspect ─▶ …
 // The hash covers the downloaded bytes and runs on a worker thread (hash-worker.ts), the disk writes run
 // in libuv's pool with several in flight (block-writer.ts), so the main thread only moves bytes and the
-// three overlap. On the stream path, decoded output skips the agent altogether (device-decoder.ts). A broken download
-// resumes inside fetch.ts where the server allows it; otherwise the whole attempt is retried from byte zero.
+// three overlap. Decoded output skips the agent altogether (device-decoder.ts, file-decoder.ts). A broken
+// download resumes inside fetch.ts where the server allows it; otherwise the whole attempt is retried from
+// byte zero.
 import { createReadStream } from 'node:fs';
 import { open, rm, stat } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
@@ -18,7 +20,8 @@ import { bufferBudget, bufferPath, ImageDownloadOutofSpaceError } from './buffer
 import { expectedDigest, imageFileNames, parseChecksumFile, verifyDigest, type ExpectedDigest } from './checksum.ts';
 import { convertToDevice } from './convert.ts';
 import { HashWorker } from './hash-worker.ts';
-import { decodeStage, sniffCompression, type Compression } from './decompress.ts';
+import { sniffCompression, type Compression } from './decompress.ts';
+import { decodeToFile } from './file-decoder.ts';
 import { decodedHeadGate, DeviceDecoder } from './device-decoder.ts';
 import { Dispatchers } from './dispatchers.ts';
 import { ImageDownloadFatalError, ImageFetcher, type OpenedImage } from './fetch.ts';
@@ -208,12 +211,20 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
  * its digest is returned; a plain download is the file itself, so it is hashed from there later (null).
  */
 async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: string, hash: HashWorker, limit: number): Promise<string | null> {
-  const writer = await BlockWriter.open(file, limit, null);
   try {
     const compression = await pipeline(image.body, async (downloaded: AsyncIterable<Buffer>): Promise<Compression> => {
       const sniffed = await sniffCompression(downloaded);
-      await pipeline(sniffed.chunks, tap(sniffed.kind === 'none' ? null : hash, job.meter), decodeStage(sniffed.kind), writer);
-      return sniffed.kind;
+      if (sniffed.kind !== 'none') {
+        await decodeToFile(sniffed.kind, tap(hash, job.meter)(sniffed.chunks), file, limit);
+        return sniffed.kind;
+      }
+      const writer = await BlockWriter.open(file, limit, null);
+      try {
+        await pipeline(sniffed.chunks, tap(null, job.meter), writer);
+      } finally {
+        await writer.release();
+      }
+      return 'none';
     });
     return compression === 'none' ? null : await hash.digest();
   } catch (err) {
@@ -221,8 +232,6 @@ async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: stri
       throw new ImageDownloadOutofSpaceError(`the image does not fit in the buffer directory ${job.services.config.image.bufferDir} (${limit} bytes usable)`);
     }
     throw err;
-  } finally {
-    await writer.release();
   }
 }
 
