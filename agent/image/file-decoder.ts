@@ -35,7 +35,9 @@ export async function decodeToFile(kind: Compressed, compressed: AsyncIterable<B
     assertStarted(e);
     // prlimit's own status when it cannot execute the decoder: a fault of the ramdisk, not of the image.
     if (e.code === 126 || e.code === 127) throw new ToolError(`${DECODER_TOOL[kind]} could not be started: ${reason(e)}`);
-    if (e.signal === 'SIGXFSZ' || /No space left on device/.test(e.stderr)) throw new TooLargeError(`the decompressed image is larger than the ${limit} bytes ${file} can hold`);
+    if (e.signal === 'SIGXFSZ' || /No space left on device/.test(e.stderr)) {
+      throw new TooLargeError(`the decompressed image is larger than the ${limit} bytes ${file} can hold`);
+    }
     if (failed(e)) throw new InvalidImage(`the image's ${kind} data could not be decompressed: ${reason(e)}`);
     return (await stat(file)).size;
   } finally {
