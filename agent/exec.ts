@@ -47,7 +47,7 @@ export async function run(file: string, args: readonly string[], opts: RunOption
   return { stdout: String(result.stdout ?? ''), stderr: String(result.stderr ?? ''), exitCode };
 }
 
-/** A long-running tool whose stdio the caller wires into a stream pipeline (zstd, xz, qemu-img). */
+/** A long-running tool whose stdio the caller wires itself (qemu-img, the console's shell). */
 export function spawnTool(file: string, args: readonly string[], opts: Options = {}): ResultPromise {
   return execa(file, args, { buffer: false, ...opts });
 }

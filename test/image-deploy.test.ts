@@ -1,7 +1,7 @@
 // Whole deploys through the agent's API onto a real loop device: raw (streamed and buffered), gzip, zstd,
 // xz and qcow2, each checked byte for byte and by reading the marker file from the written filesystem.
 import { createHash } from 'node:crypto';
-import { mkdir, readdir, readFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import pino from 'pino';
@@ -103,6 +103,14 @@ describe('standby.prepare_image writes real images', () => {
       await expectWritten(gpt);
     });
   }
+
+  // pigz stops reading at the end of the gzip data; the rest must still reach the checksum, whichever path.
+  it.each([true, false])('writes a gzip image padded with 2 MiB of zeros (streamed: %s), its checksum over every byte', async (stream) => {
+    const padded = join(work.dir, `padded-${stream}.gz`);
+    await writeFile(padded, Buffer.concat([await readFile(await compress(gpt.path, 'gzip')), Buffer.alloc(2 * MiB)]));
+    succeeded(await deploy(gpt, padded, { disk_format: 'raw', stream_raw_images: stream }));
+    await expectWritten(gpt);
+  });
 
   it('converts a qcow2 image with qemu-img from the buffer, checks the checksum after, and deletes the buffer', async () => {
     const bufferDir = join(work.dir, 'buffer');

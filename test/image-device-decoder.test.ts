@@ -126,6 +126,22 @@ describe('<tool> -dc | dd onto a loop device', () => {
     });
   });
 
+  it('gzip followed by 4 MiB of zeros: pigz stops at the end of the gzip data, yet every byte is read', async () => {
+    await withLoops([8 * MiB], async ([loop]) => {
+      const image = randomBytes(3 * MiB);
+      const padded = Buffer.concat([await pack('gzip', image), Buffer.alloc(4 * MiB)]);
+      const pulled = { bytes: 0 };
+      const decoder = await DeviceDecoder.start('gzip', loop!.path, new DeviceGuard([loop!.path]));
+      try {
+        expect(await decoder.write(pieces(padded, pulled))).toBe(image.length);
+      } finally {
+        await decoder.release();
+      }
+      expect(pulled.bytes).toBe(padded.length);
+      expect((await readDevice(loop!.path, 0, image.length)).equals(image)).toBe(true);
+    });
+  });
+
   it('fails an image that decodes to more than the device holds as too large', async () => {
     await withLoops([4 * MiB], async ([loop]) => {
       const decoder = await DeviceDecoder.start('zstd', loop!.path, new DeviceGuard([loop!.path]));

@@ -6,13 +6,12 @@
 // old signatures are cleared): `decodedHeadGate` holds the first compressed chunks back and decodes them
 // with a second, throwaway decoder that is stopped as soon as the head is out.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { pipeline } from 'node:stream/promises';
-import { AgentError, ImageWriteError, InvalidImage, errorText } from '../errors.ts';
+import { ImageWriteError, InvalidImage } from '../errors.ts';
 import type { DeviceGuard } from '../safety/device-guard.ts';
 import { TooLargeError } from './block-writer.ts';
 import { rest } from './peek.ts';
 import { DECODER_TOOL, type Compressed } from './decompress.ts';
-import { assertStarted, exitOf, failed, reason, type Exit } from './tool-exit.ts';
+import { assertStarted, exitOf, failed, feed, reason, type Exit } from './tool-process.ts';
 
 /** Compressed bytes held back while looking for the head: far more than any real image needs for 64 KiB. */
 const MAX_HELD_BYTES = 8 * 1024 * 1024;
@@ -120,7 +119,7 @@ export function decodedHeadGate(kind: Compressed, bytes: number, check: (head: B
 }
 
 /**
- * `<kind> -dc | dd of=<device>`: compressed bytes in, the decoded image on the device. Spawned with
+ * `<tool> -dc | dd of=<device>`: compressed bytes in, the decoded image on the device. Spawned with
  * node:child_process rather than execa: handed a stream for stdout, execa pumps the data through the
  * agent, which is the cost this path exists to avoid; child_process gives the decoder dd's pipe itself.
  */
@@ -156,14 +155,8 @@ export class DeviceDecoder {
 
   /** Feeds the compressed image in and waits until it is decoded and on the device; returns the bytes written. */
   async write(compressed: AsyncIterable<Buffer>): Promise<number> {
-    try {
-      await pipeline(compressed, this.decoder.stdin!);
-    } catch (err) {
-      // A download error or a refusal stands; a broken pipe means a tool stopped, and its report says why.
-      if (err instanceof AgentError) throw err;
-      await this.finish();
-      throw new ImageWriteError(`feeding the ${this.kind} decoder failed: ${errorText(err)}`);
-    }
+    // A download error or a refusal is thrown from here; a tool that stopped tells why in finish().
+    await feed(compressed, this.decoder.stdin!, this.decoded);
     return this.finish();
   }
 

@@ -1,48 +1,57 @@
 // Compressed images on the buffered path: the decoder's stdout is the buffer file itself, so the decoded
 // bytes never pass through the agent. Read back through a pipe, pigz's output was slow to come (2 GiB in
-// 7.3–7.5 s, where Node's zlib took 3.8–4.6 in-process); written by pigz into tmpfs, the same 2 GiB took
-// 5.7–5.8 s against 6.1–6.4 for zlib writing that file from Node. The decoder runs under RLIMIT_FSIZE
-// (prlimit), so the kernel stops it at the bytes the buffer may take, however much a stream would decode to.
+// 7.3–7.5 s, where Node's zlib took 3.8–4.6 in-process, both timed inside Node); written by pigz into tmpfs,
+// the same 2 GiB took 5.7–5.8 s against 6.1–6.4 for zlib writing that file from Node. The decoder runs
+// under RLIMIT_FSIZE (prlimit), so the kernel stops it at the bytes the buffer may take, however much a
+// stream would decode to.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { open, stat } from 'node:fs/promises';
-import { pipeline } from 'node:stream/promises';
-import { AgentError, InvalidImage, ToolError } from '../errors.ts';
+import { open, type FileHandle } from 'node:fs/promises';
+import { ImageWriteError, InvalidImage, ToolError, errorText } from '../errors.ts';
 import { TooLargeError } from './block-writer.ts';
 import { DECODER_TOOL, type Compressed } from './decompress.ts';
-import { assertStarted, exitOf, failed, reason, type Exit } from './tool-exit.ts';
+import { assertStarted, exitOf, failed, feed, reason, type Exit } from './tool-process.ts';
 
-/** Decodes `compressed` into `file` (created or truncated), at most `limit` bytes; returns the decoded size. */
-export async function decodeToFile(kind: Compressed, compressed: AsyncIterable<Buffer>, file: string, limit: number): Promise<number> {
-  const fh = await open(file, 'w');
-  let child: ChildProcess;
-  let exit: Promise<Exit>;
+/** Decodes `compressed` into `file` (created or truncated), at most `limit` bytes. */
+export async function decodeToFile(kind: Compressed, compressed: AsyncIterable<Buffer>, file: string, limit: number): Promise<void> {
+  const tool = DECODER_TOOL[kind];
+  let fh: FileHandle;
   try {
-    child = spawn('prlimit', [`--fsize=${limit}`, '--', DECODER_TOOL[kind], '-dc'], { stdio: ['pipe', fh.fd, 'pipe'] });
+    fh = await open(file, 'w');
+  } catch (err) {
+    throw new ImageWriteError(`cannot open the buffer file ${file}: ${errorText(err)}`);
+  }
+  let child: ChildProcess | undefined;
+  let exit: Promise<Exit> | undefined;
+  try {
+    // No core file when the limit stops it (SIGXFSZ dumps core by default); messages in English, for the
+    // ENOSPC check below.
+    child = spawn('prlimit', [`--fsize=${limit}`, '--core=0', '--', tool, '-dc'], {
+      stdio: ['pipe', fh.fd, 'pipe'],
+      env: { ...process.env, LC_ALL: 'C' },
+    });
     // Before any await: a decoder that cannot start exits at once, and its exit must not go unseen.
     exit = exitOf(child);
-  } finally {
+    child.stdin!.on('error', () => undefined);
     // The child has its own copy of the descriptor from here on.
     await fh.close();
-  }
-  // A decoder that dies leaves its stdin broken; the exit status tells the story.
-  child.stdin!.on('error', () => undefined);
-  try {
-    await pipeline(compressed, child.stdin!).catch((err: unknown) => {
-      // A download error or a refusal stands; a broken pipe means the decoder stopped, and its exit says why.
-      if (err instanceof AgentError) throw err;
-    });
+    await feed(compressed, child.stdin!, exit);
     const e = await exit;
     assertStarted(e);
     // prlimit's own status when it cannot execute the decoder: a fault of the ramdisk, not of the image.
-    if (e.code === 126 || e.code === 127) throw new ToolError(`${DECODER_TOOL[kind]} could not be started: ${reason(e)}`);
+    if (e.code === 126 || e.code === 127) throw new ToolError(`${tool} could not be started: ${reason(e)}`);
     if (e.signal === 'SIGXFSZ' || /No space left on device/.test(e.stderr)) {
       throw new TooLargeError(`the decompressed image is larger than the ${limit} bytes ${file} can hold`);
     }
+    // Killed from outside (the OOM killer, say), or unable to write: not a verdict on the image.
+    if (e.signal || /write error|Input\/output error|Disk quota/i.test(e.stderr)) {
+      throw new ImageWriteError(`decoding the ${kind} image into ${file} failed: ${reason(e)}`);
+    }
     if (failed(e)) throw new InvalidImage(`the image's ${kind} data could not be decompressed: ${reason(e)}`);
-    return (await stat(file)).size;
   } finally {
-    // Nothing may still be writing the file once this returns: the caller deletes it.
-    child.kill();
+    // Closed already, unless spawning threw first. Nothing may still write the file once this returns:
+    // the caller deletes it.
+    await fh.close().catch(() => undefined);
+    child?.kill();
     await exit;
   }
 }

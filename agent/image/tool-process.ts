@@ -1,0 +1,66 @@
+// A decoding tool (or the dd behind it) run with node:child_process: feeding its stdin, and how it ended
+// (its exit status, the start of its stderr, whether it ran at all).
+import type { ChildProcess } from 'node:child_process';
+import type { Writable } from 'node:stream';
+import { ToolError } from '../errors.ts';
+
+export interface Exit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stderr: string;
+  /** The tool never ran (not installed, not executable): a fault of the ramdisk, not of the image. */
+  notStarted?: string;
+}
+
+export function exitOf(child: ChildProcess): Promise<Exit> {
+  let stderr = '';
+  // A spawn that failed outright (EMFILE, say) leaves no stderr stream; the `error` event says why.
+  child.stderr?.setEncoding('utf8').on('data', (text: string) => {
+    if (stderr.length < 4000) stderr += text;
+  });
+  return new Promise((resolve) => {
+    child.once('error', (err) => resolve({ code: null, signal: null, stderr, notStarted: `${child.spawnfile} could not be started: ${err.message}` }));
+    child.once('close', (code, signal) => resolve({ code, signal, stderr: stderr.trim() }));
+  });
+}
+
+/** Throws a ToolError for a tool that never ran, so that it is not mistaken for bad image data. */
+export function assertStarted(...exits: Exit[]): void {
+  for (const e of exits) if (e.notStarted) throw new ToolError(e.notStarted);
+}
+
+export const failed = (e: Exit) => e.code !== 0;
+export const reason = (e: Exit) => e.stderr.slice(0, 2000) || (e.signal ? `killed by ${e.signal}` : `exit code ${e.code}`);
+
+/** Resolves once `stream` emits `event`, or fails or closes (whichever comes first). */
+function settled(stream: Writable, event: 'drain' | 'finish'): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      for (const e of [event, 'error', 'close']) stream.off(e, done);
+      resolve();
+    };
+    for (const e of [event, 'error', 'close']) stream.on(e, done);
+  });
+}
+
+/**
+ * Writes `source` into a tool's stdin and ends it. A tool may stop reading before the end: pigz exits,
+ * successfully, at the end of the gzip data, however much follows it (zeros that pad an image, say). When
+ * the tool (its `exit`) succeeded, the rest of `source` is read all the same, so that every downloaded byte
+ * reaches the checksum, which runs in `source`; when it failed, reading stops and its exit tells why.
+ * Errors of `source` (a failed download) are thrown; the tool's broken stdin is not an error here.
+ */
+export async function feed(source: AsyncIterable<Buffer>, stdin: Writable, exit: Promise<Exit>): Promise<void> {
+  stdin.on('error', () => undefined);
+  const open = () => !stdin.destroyed && !stdin.errored;
+  for await (const chunk of source) {
+    if (open()) {
+      if (!stdin.write(chunk) && open()) await settled(stdin, 'drain');
+    } else if (failed(await exit)) {
+      return;
+    }
+  }
+  if (!open()) return;
+  stdin.end();
+  await settled(stdin, 'finish');
+}
