@@ -1,7 +1,7 @@
 // Compressed images on the stream path: the decoder (pigz, zstd or xz) writes into `dd` through a kernel
 // pipe, and dd writes the device with O_DIRECT, so the decoded bytes (often several times the download)
 // never pass through the agent. Carried through Node, they made the deploy take 1.08–1.18× `curl | zstd
-// -dc | dd` on two cores, and made the agent's memory grow with a gzip image; now zstd takes 0.74–0.96×.
+// -dc | dd` on two cores, and made the agent's memory grow with a gzip image; now zstd takes 0.74–0.99×.
 // The agent must still see the decoded head before anything is written (a disguised format is refused,
 // old signatures are cleared): `decodedHeadGate` holds the first compressed chunks back and decodes them
 // with a second, throwaway decoder that is stopped as soon as the head is out.
