@@ -1,7 +1,7 @@
 // Compressed images on the buffered path: the tool decodes straight into the buffer file, stopped by the
 // kernel at the size the buffer may take; data after the end of a gzip stream is still read (for the
-// checksum); broken data, a missing tool and a failed download each end it with their own error; and no
-// decoder outlives the call.
+// checksum); broken data, a killed or missing tool and a failed download each end it with their own
+// error; and no decoder outlives the call.
 import { randomBytes } from 'node:crypto';
 import { chmod, mkdir, mkdtemp, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeToFile } from '../agent/image/file-decoder.ts';
 import type { Compressed } from '../agent/image/decompress.ts';
 import { TooLargeError } from '../agent/image/block-writer.ts';
-import { ImageDownloadError, InvalidImage, ToolError } from '../agent/errors.ts';
+import { ImageDownloadError, ImageWriteError, InvalidImage, ToolError } from '../agent/errors.ts';
 
 const MiB = 1024 * 1024;
 const PACK_ARGS = { gzip: ['-c', '-1'], zstd: ['-q', '-c', '-1'], xz: ['-c', '-0'] };
@@ -110,6 +110,14 @@ it('a download error stands, and the decoder is stopped when the call returns', 
   expect(size).toBeGreaterThan(0);
   await new Promise((resolve) => setTimeout(resolve, 300));
   expect((await stat(file)).size).toBe(size);
+});
+
+it('a decoder killed by a signal (the OOM killer, say) is a write failure, not a verdict on the image', async () => {
+  const bin = await pathWith('bin-killed', '#!/bin/sh\nkill -KILL $$\n');
+  const packed = await pack('gzip', randomBytes(100_000));
+  const failure = withPath(bin, () => decodeToFile('gzip', pieces(packed), join(dir, 'killed.gz'), 64 * MiB));
+  await expect(failure).rejects.toBeInstanceOf(ImageWriteError);
+  await expect(failure).rejects.toThrow(/gzip decoder was killed by SIGKILL/);
 });
 
 it('a decoder that is not installed is a ToolError, not a verdict on the image', async () => {

@@ -11,7 +11,7 @@ import type { DeviceGuard } from '../safety/device-guard.ts';
 import { TooLargeError } from './block-writer.ts';
 import { rest } from './peek.ts';
 import { DECODER_TOOL, type Compressed } from './decompress.ts';
-import { assertStarted, exitOf, failed, feed, reason, type Exit } from './tool-process.ts';
+import { assertStarted, decodeFailure, exitOf, failed, feed, reason, type Exit } from './tool-process.ts';
 
 /** Compressed bytes held back while looking for the head: far more than any real image needs for 64 KiB. */
 const MAX_HELD_BYTES = 8 * 1024 * 1024;
@@ -72,7 +72,7 @@ class HeadProbe {
     this.child.stdin!.end();
     const exit = await this.exit;
     assertStarted(exit);
-    if (failed(exit)) throw new InvalidImage(`the image's ${this.kind} data could not be decompressed: ${reason(exit)}`);
+    if (failed(exit)) throw decodeFailure(this.kind, exit, 'the head of the image');
     return all;
   }
 
@@ -168,7 +168,7 @@ export class DeviceDecoder {
       if (/No space left on device/.test(copied.stderr)) throw new TooLargeError(`the decompressed image is larger than ${this.device}`);
       throw new ImageWriteError(`writing the decompressed image to ${this.device} failed: ${reason(copied)}`);
     }
-    if (failed(decoded)) throw new InvalidImage(`the image's ${this.kind} data could not be decompressed: ${reason(decoded)}`);
+    if (failed(decoded)) throw decodeFailure(this.kind, decoded, this.device);
     const bytes = /^(\d+) bytes/m.exec(copied.stderr);
     if (!bytes) throw new ImageWriteError(`dd did not report how much it wrote to ${this.device}: ${reason(copied)}`);
     return Number(bytes[1]);

@@ -6,10 +6,10 @@
 // stream would decode to.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { open, type FileHandle } from 'node:fs/promises';
-import { ImageWriteError, InvalidImage, ToolError, errorText } from '../errors.ts';
+import { ImageWriteError, ToolError, errorText } from '../errors.ts';
 import { TooLargeError } from './block-writer.ts';
 import { DECODER_TOOL, type Compressed } from './decompress.ts';
-import { assertStarted, exitOf, failed, feed, reason, type Exit } from './tool-process.ts';
+import { assertStarted, decodeFailure, exitOf, failed, feed, reason, type Exit } from './tool-process.ts';
 
 /** Decodes `compressed` into `file` (created or truncated), at most `limit` bytes. */
 export async function decodeToFile(kind: Compressed, compressed: AsyncIterable<Buffer>, file: string, limit: number): Promise<void> {
@@ -42,11 +42,11 @@ export async function decodeToFile(kind: Compressed, compressed: AsyncIterable<B
     if (e.signal === 'SIGXFSZ' || /No space left on device/.test(e.stderr)) {
       throw new TooLargeError(`the decompressed image is larger than the ${limit} bytes ${file} can hold`);
     }
-    // Killed from outside (the OOM killer, say), or unable to write: not a verdict on the image.
-    if (e.signal || /write error|Input\/output error|Disk quota/i.test(e.stderr)) {
+    // Unable to write the file: not a verdict on the image.
+    if (/write error|Input\/output error|Disk quota/i.test(e.stderr)) {
       throw new ImageWriteError(`decoding the ${kind} image into ${file} failed: ${reason(e)}`);
     }
-    if (failed(e)) throw new InvalidImage(`the image's ${kind} data could not be decompressed: ${reason(e)}`);
+    if (failed(e)) throw decodeFailure(kind, e, file);
   } finally {
     // Closed already, unless spawning threw first. Nothing may still write the file once this returns:
     // the caller deletes it.

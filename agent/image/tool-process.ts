@@ -2,7 +2,7 @@
 // (its exit status, the start of its stderr, whether it ran at all).
 import type { ChildProcess } from 'node:child_process';
 import type { Writable } from 'node:stream';
-import { ToolError } from '../errors.ts';
+import { ImageWriteError, InvalidImage, ToolError } from '../errors.ts';
 
 export interface Exit {
   code: number | null;
@@ -31,6 +31,15 @@ export function assertStarted(...exits: Exit[]): void {
 
 export const failed = (e: Exit) => e.code !== 0;
 export const reason = (e: Exit) => e.stderr.slice(0, 2000) || (e.signal ? `killed by ${e.signal}` : `exit code ${e.code}`);
+
+/**
+ * The error for a decoder that failed: a verdict on the image's data, unless a signal ended it (the OOM
+ * killer, say), which says nothing about the image.
+ */
+export function decodeFailure(kind: string, e: Exit, target: string): Error {
+  if (e.signal) return new ImageWriteError(`the ${kind} decoder was killed by ${e.signal} while writing ${target}`);
+  return new InvalidImage(`the image's ${kind} data could not be decompressed: ${reason(e)}`);
+}
 
 /** Resolves once `stream` emits `event`, or fails or closes (whichever comes first). */
 function settled(stream: Writable, event: 'drain' | 'finish'): Promise<void> {
