@@ -170,7 +170,7 @@ describe('the ramdisk under QEMU', () => {
     expect((await execa('blkid', ['-p', '-O', String(MiB), disk], { reject: false })).exitCode).toBe(2);
   });
 
-  it('deploys from a conductor: lookup, heartbeat, write_image of a qcow2 to a hinted second disk, of a gzip image to a third and of a raw image with a config drive to the first, power off; the disk files hold them', async () => {
+  it('deploys from a conductor: lookup, heartbeat, write_image of a qcow2 to a hinted second disk, of a gzip image streamed to a third and buffered to a fourth, and of a raw image with a config drive to the first, power off; the disk files hold them', async () => {
     const mac = randomMac();
     conductor = await FakeConductor.start();
     const node = conductor.addNode({ macs: [mac] });
@@ -191,10 +191,12 @@ describe('the ramdisk under QEMU', () => {
     const packed = await compress(third.path, 'gzip');
     const packedUrl = new URL(await images.serveFile('third.raw.gz', packed));
     const thirdDisk = await sparseDisk('vdc.img', 64 * MiB);
+    // The same image buffered: pigz under prlimit writes the tmpfs buffer file.
+    const fourthDisk = await sparseDisk('vdd.img', 64 * MiB);
 
     vm = await startVm({
       disk,
-      moreDisks: [secondDisk, thirdDisk],
+      moreDisks: [secondDisk, thirdDisk, fourthDisk],
       serialLog: join(work.dir, 'serial.log'),
       mac,
       forwards: [
@@ -245,6 +247,8 @@ describe('the ramdisk under QEMU', () => {
       os_hash_value: createHash('sha256').update(await readFile(packed)).digest('hex'),
     };
     expect(await writeImage({ image_info: gzipInfo }, { root_device: { name: '/dev/vdc' } })).toMatch(/written to device \/dev\/vdc/);
+    const buffered = { ...gzipInfo, stream_raw_images: false };
+    expect(await writeImage({ image_info: buffered }, { root_device: { name: '/dev/vdd' } })).toMatch(/written to device \/dev\/vdd/);
 
     const rawInfo = {
       id: 'e2e-image',
@@ -279,9 +283,12 @@ describe('the ramdisk under QEMU', () => {
     expect(await readDevice(disk, cd.start * 512, cd.start * 512 + iso.length)).toEqual(iso);
     // The qcow2 converted onto the second disk: the same bytes as the raw image it was made from.
     expect((await readDevice(secondDisk, 0, second.sizeBytes)).equals(await readFile(second.path))).toBe(true);
-    // The gzip image on the third: its partition's bytes (the table itself changed when its backup moved to the disk's end).
+    // The gzip image on the third and fourth disks: its partition's bytes (the table itself changed when its
+    // backup moved to the disk's end).
     const { start, end } = third.partition;
-    expect((await readDevice(thirdDisk, start, end)).equals((await readFile(third.path)).subarray(start, end))).toBe(true);
+    const thirdBytes = (await readFile(third.path)).subarray(start, end);
+    expect((await readDevice(thirdDisk, start, end)).equals(thirdBytes)).toBe(true);
+    expect((await readDevice(fourthDisk, start, end)).equals(thirdBytes)).toBe(true);
   });
 
   it('registers the disk\'s UEFI boot loader with the firmware when booted through OVMF (install_bootloader), and the entry survives in its variable store', async () => {
