@@ -1,25 +1,18 @@
-// Compressed images on the stream path (gzip through pigz, zstd, xz): the gate that decodes just the head of an image before anything is
-// written (small images, decompression bombs, streams that hide their data behind skippable frames), and
-// `<tool> -dc | dd` onto a real loop device (the bytes, the count, a device too small, broken data).
+// Compressed images on the stream path (gzip through pigz, zstd, xz): the gate that decodes just the head of
+// an image before anything is written (small images, decompression bombs, streams that hide their data
+// behind skippable frames), and `<tool> -dc | dd` onto a real loop device (the bytes, the count, a device
+// too small, broken data, data after a gzip stream).
 import { randomBytes } from 'node:crypto';
-import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { decodedHeadGate, DeviceDecoder } from '../agent/image/device-decoder.ts';
-import type { Compressed } from '../agent/image/decompress.ts';
 import { TooLargeError } from '../agent/image/block-writer.ts';
 import { InvalidImage, ToolError } from '../agent/errors.ts';
 import { DeviceGuard } from '../agent/safety/device-guard.ts';
 import { readDevice } from './helpers/image-agent.ts';
+import { pack } from './helpers/make-image.ts';
 import { MiB, withLoops } from './helpers/loop.ts';
 
 const HEAD = 64 * 1024;
-
-const PACK_ARGS = { gzip: ['-c', '-1'], zstd: ['-q', '-c', '-1'], xz: ['-c', '-0'] };
-
-async function pack(kind: Compressed, data: Buffer): Promise<Buffer> {
-  const { stdout } = await execa(kind, PACK_ARGS[kind], { input: data, encoding: 'buffer' });
-  return Buffer.from(stdout);
-}
 
 /** The bytes in pieces (16 KiB by default), counting how many the consumer pulled. */
 function pieces(data: Buffer, pulled = { bytes: 0 }, size = 16384): AsyncIterable<Buffer> {

@@ -9,17 +9,11 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeToFile } from '../agent/image/file-decoder.ts';
-import type { Compressed } from '../agent/image/decompress.ts';
 import { TooLargeError } from '../agent/image/block-writer.ts';
 import { ImageDownloadError, ImageWriteError, InvalidImage, ToolError } from '../agent/errors.ts';
+import { pack } from './helpers/make-image.ts';
 
 const MiB = 1024 * 1024;
-const PACK_ARGS = { gzip: ['-c', '-1'], zstd: ['-q', '-c', '-1'], xz: ['-c', '-0'] };
-
-async function pack(kind: Compressed, data: Buffer): Promise<Buffer> {
-  const { stdout } = await execa(kind, PACK_ARGS[kind], { input: data, encoding: 'buffer' });
-  return Buffer.from(stdout);
-}
 
 /** The bytes in 64 KiB pieces, counting how many the consumer pulled. */
 async function* pieces(data: Buffer, pulled = { bytes: 0 }): AsyncGenerator<Buffer> {

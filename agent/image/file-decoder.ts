@@ -31,9 +31,6 @@ export async function decodeToFile(kind: Compressed, compressed: AsyncIterable<B
     });
     // Before any await: a decoder that cannot start exits at once, and its exit must not go unseen.
     exit = exitOf(child);
-    child.stdin!.on('error', () => undefined);
-    // The child has its own copy of the descriptor from here on.
-    await fh.close();
     await feed(compressed, child.stdin!, exit);
     const e = await exit;
     assertStarted(e);
@@ -48,10 +45,9 @@ export async function decodeToFile(kind: Compressed, compressed: AsyncIterable<B
     }
     if (failed(e)) throw decodeFailure(kind, e, file);
   } finally {
-    // Closed already, unless spawning threw first. Nothing may still write the file once this returns:
-    // the caller deletes it.
-    await fh.close().catch(() => undefined);
+    // Nothing may still write the file once this returns: the caller deletes it.
     child?.kill();
     await exit;
+    await fh.close();
   }
 }

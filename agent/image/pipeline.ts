@@ -229,7 +229,8 @@ async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: stri
     return compression === 'none' ? null : await hash.digest();
   } catch (err) {
     if (err instanceof TooLargeError) {
-      throw new ImageDownloadOutofSpaceError(`the image does not fit in the buffer directory ${job.services.config.image.bufferDir} (${limit} bytes usable)`);
+      // The cause says whether it was the download or, for a compressed image, what it decoded to.
+      throw new ImageDownloadOutofSpaceError(`the image does not fit in the buffer directory ${job.services.config.image.bufferDir}: ${err.details}`);
     }
     throw err;
   }

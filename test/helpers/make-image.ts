@@ -75,9 +75,19 @@ export async function qcow2WithDataFile(dir: string, sizeMiB = 8): Promise<strin
 
 export type Packing = 'gzip' | 'zstd' | 'xz';
 
+/** Each tool's arguments for a fast compression to stdout. */
+const PACK_ARGS: Record<Packing, string[]> = { gzip: ['-c', '-1'], zstd: ['-q', '-c', '-1'], xz: ['-c', '-0', '-T0'] };
+const SUFFIX: Record<Packing, string> = { gzip: 'gz', zstd: 'zst', xz: 'xz' };
+
+/** The file compressed next to itself (`<path>.gz` and so on); returns the new file's path. */
 export async function compress(path: string, kind: Packing): Promise<string> {
-  const out = `${path}.${kind === 'gzip' ? 'gz' : kind === 'zstd' ? 'zst' : 'xz'}`;
-  const args = kind === 'gzip' ? ['-c', '-1', path] : kind === 'zstd' ? ['-q', '-c', '-1', path] : ['-c', '-0', '-T0', path];
-  await execa('sh', ['-c', '"$0" "$@" > "$OUT"', kind, ...args], { env: { OUT: out } });
+  const out = `${path}.${SUFFIX[kind]}`;
+  await execa('sh', ['-c', '"$0" "$@" > "$OUT"', kind, ...PACK_ARGS[kind], path], { env: { OUT: out } });
   return out;
+}
+
+/** The bytes compressed, in memory. */
+export async function pack(kind: Packing, data: Buffer): Promise<Buffer> {
+  const { stdout } = await execa(kind, PACK_ARGS[kind], { input: data, encoding: 'buffer' });
+  return Buffer.from(stdout);
 }
