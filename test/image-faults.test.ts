@@ -91,6 +91,40 @@ describe('image download faults', () => {
     await expectImageOnDisk();
   });
 
+  it('resumes against Last-Modified when the server sends no ETag', async () => {
+    const s = await server({ etag: false, lastModified: true });
+    const url = s.serve('img', image);
+    s.fault('img', { kind: 'close-after', bytes: 1 * MiB });
+    const r = await deploy([url]);
+    expect(r.command_error).toBeNull();
+    await expectImageOnDisk();
+    expect(s.requests.map((q) => [q.range ?? null, q.status])).toEqual([[null, 200], [`bytes=${1 * MiB}-`, 206]]);
+    expect(s.requests[1]!.ifRange).toMatch(/ GMT$/);
+  });
+
+  for (const validator of ['etag', 'last-modified'] as const) {
+    it(`starts over when the image changed before the resume and the server ignores If-Range (${validator})`, async () => {
+      const s = await server({ etag: validator === 'etag', lastModified: validator === 'last-modified', ignoreIfRange: true });
+      // Same length, other bytes: only the validator tells the versions apart; a splice would fail the checksum.
+      const url = s.serve('img', Buffer.alloc(image.length, 0x5a));
+      s.fault('img', { kind: 'close-after', bytes: 1 * MiB, then: () => s.serve('img', image) });
+      const r = await deploy([url]);
+      expect(r.command_error).toBeNull();
+      await expectImageOnDisk();
+      expect(s.requests.map((q) => [q.range ?? null, q.status])).toEqual([[null, 200], [`bytes=${1 * MiB}-`, 206], [null, 200]]);
+    });
+  }
+
+  it('starts over when the resumed answer is of another length', async () => {
+    const s = await server({ ignoreIfRange: true });
+    const url = s.serve('img', Buffer.alloc(image.length + 4096, 0x5a));
+    s.fault('img', { kind: 'close-after', bytes: 1 * MiB, then: () => s.serve('img', image) });
+    const r = await deploy([url]);
+    expect(r.command_error).toBeNull();
+    await expectImageOnDisk();
+    expect(s.requests.map((q) => q.status)).toEqual([200, 206, 200]);
+  });
+
   it('fails a truncated body that never completes, and reports no success', async () => {
     const s = await server({ ranges: false });
     const url = s.serve('img', image);
@@ -121,6 +155,29 @@ describe('image download faults', () => {
     expect(r.command_error).toBeNull();
     expect(s.requests.map((q) => q.status)).toEqual([500, 200]);
     await expectImageOnDisk();
+  });
+
+  it('retries 408 and 429 like a server error', async () => {
+    const s = await server();
+    const url = s.serve('img', image);
+    s.fault('img', { kind: 'status', code: 408 }, { kind: 'status', code: 429 });
+    const r = await deploy([url]);
+    expect(r.command_error).toBeNull();
+    expect(s.requests.map((q) => q.status)).toEqual([408, 429, 200]);
+    await expectImageOnDisk();
+  });
+
+  it('stops after retries + 1 requests per URL when every answer is an error, instead of starting the round again', async () => {
+    const s = await server();
+    const a = s.serve('a', image);
+    const b = s.serve('b', image);
+    for (const name of ['a', 'b']) s.fault(name, ...Array.from({ length: 20 }, () => ({ kind: 'status' as const, code: 503 })));
+    const r = await deploy([a, b]);
+    expect(r.command_status).toBe('FAILED');
+    expect(r.command_error!.type).toBe('ImageDownloadError');
+    expect(r.command_error!.details).toMatch(/failed from every URL/);
+    // The helper's agent runs with ipa-image-download-connection-retries=2.
+    expect(s.requests.map((q) => `${q.path}:${q.status}`)).toEqual(['a:503', 'a:503', 'a:503', 'b:503', 'b:503', 'b:503']);
   });
 
   it('falls back to the next URL when one keeps failing', async () => {

@@ -14,6 +14,17 @@ import { shownUrl, splitCredentials } from './url-credentials.ts';
 /** A download error that no retry can fix (a 4xx other than 408/429). */
 export class ImageDownloadFatalError extends ImageDownloadError {}
 
+/**
+ * Every URL, or every resume, has used up its retries. Starting the whole transfer again would only repeat
+ * them, (retries + 1)² requests in all; the wire type stays IPA's ImageDownloadError.
+ */
+export class RetriesSpentError extends ImageDownloadError {
+  constructor(details: string) {
+    super(details);
+    this.name = ImageDownloadError.name;
+  }
+}
+
 export interface FetchPolicy {
   retries: number;
   retryIntervalMs: number;
@@ -49,6 +60,23 @@ async function drain(res: Response): Promise<string> {
   } catch {
     return '';
   }
+}
+
+/**
+ * Why a 206 answering a resume belongs to another version of the image than the first response, or null.
+ * If-Range alone would do, but a server or cache that ignores it would splice two versions together, and
+ * the mix would only surface as a checksum mismatch after the whole transfer.
+ */
+function entityChange(first: Response, partial: Response, total: string, totalBytes: number): string | null {
+  if (total !== '*' && Number(total) !== totalBytes) return `its length is now ${total} bytes, was ${totalBytes}`;
+  for (const name of ['etag', 'last-modified']) {
+    const before = header(first, name);
+    const now = header(partial, name);
+    if (before !== undefined && now !== undefined && before !== now) return `${name} ${now}, was ${before}`;
+  }
+  // RFC 9110 has a 206 repeat the ETag a 200 would carry; one that drops it cannot be matched.
+  if (header(first, 'etag') !== undefined && header(partial, 'etag') === undefined) return 'the partial answer carries no etag';
+  return null;
 }
 
 export class ImageFetcher {
@@ -106,7 +134,7 @@ export class ImageFetcher {
         this.policy.log.warn({ url: shown, attempt, status: res.statusCode }, `${what} request failed`);
       }
     }
-    throw new ImageDownloadError(`${what} failed from every URL:\n ${failures.join('\n ')}`);
+    throw new RetriesSpentError(`${what} failed from every URL:\n ${failures.join('\n ')}`);
   }
 
   /** A small text document (a checksum file), limited to 1 MiB. */
@@ -169,7 +197,7 @@ export class ImageFetcher {
         const why = `download from ${shownUrl(url)} broke at byte ${offset}: ${errorText(err)}`;
         if (!resumable) throw new ImageDownloadError(`${why}; the server does not support resuming`);
         this.policy.log.warn({ url: shownUrl(url), offset, err: errorText(err) }, 'image download broke, resuming');
-        ({ res, breaks } = await this.resume(url, offset, validator!, why, breaks));
+        ({ res, breaks } = await this.resume(url, first, totalBytes!, offset, validator!, why, breaks));
       }
     }
   }
@@ -178,10 +206,10 @@ export class ImageFetcher {
    * A 206 continuing at `offset` of the same entity. Transport errors and 5xx count as further breaks;
    * any other answer (the entity changed, ranges refused) is a retryable error to start over.
    */
-  private async resume(url: string, offset: number, validator: string, why: string, breaks: number): Promise<{ res: Response; breaks: number }> {
+  private async resume(url: string, first: Response, totalBytes: number, offset: number, validator: string, why: string, breaks: number): Promise<{ res: Response; breaks: number }> {
     for (;;) {
       this.checkDeadline();
-      if (++breaks > this.policy.retries) throw new ImageDownloadError(`${why}; gave up after ${breaks - 1} resume attempts`);
+      if (++breaks > this.policy.retries) throw new RetriesSpentError(`${why}; gave up after ${breaks - 1} resume attempts`);
       await sleep(this.policy.retryIntervalMs);
       this.checkDeadline();
       let res: Response;
@@ -191,8 +219,13 @@ export class ImageFetcher {
         this.policy.log.warn({ url: shownUrl(url), offset, err: errorText(err) }, 'resume request failed');
         continue;
       }
-      const range = /^bytes (\d+)-/.exec(header(res, 'content-range') ?? '');
-      if (res.statusCode === 206 && range && Number(range[1]) === offset) return { res, breaks };
+      const range = /^bytes (\d+)-\d+\/(\d+|\*)$/.exec(header(res, 'content-range') ?? '');
+      if (res.statusCode === 206 && range && Number(range[1]) === offset) {
+        const changed = entityChange(first, res, range[2]!, totalBytes);
+        if (!changed) return { res, breaks };
+        res.body.destroy();
+        throw new ImageDownloadError(`${why}; the image on the server changed (${changed}), starting over`);
+      }
       await drain(res);
       if (res.statusCode >= 500) continue;
       throw new ImageDownloadError(`${why}; the server answered the resume with status ${res.statusCode}, starting over`);

@@ -24,7 +24,7 @@ import { sniffCompression, type Compression } from './decompress.ts';
 import { decodeToFile } from './file-decoder.ts';
 import { decodedHeadGate, DeviceDecoder } from './device-decoder.ts';
 import { Dispatchers } from './dispatchers.ts';
-import { ImageDownloadFatalError, ImageFetcher, type OpenedImage } from './fetch.ts';
+import { ImageDownloadFatalError, ImageFetcher, RetriesSpentError, type OpenedImage } from './fetch.ts';
 import type { ImageInfo } from './image-info.ts';
 import { shownUrl } from './url-credentials.ts';
 import { INSPECT_HEAD_BYTES, inspectImage, type ImageInspection } from './inspect.ts';
@@ -46,9 +46,14 @@ export interface PipelineJob {
   meter: ProgressMeter;
 }
 
-/** Errors a fresh attempt from byte zero may fix: broken or refused transfers, never bad images or disks. */
+/** Errors a fresh attempt from byte zero may fix: broken transfers that did not already use up their retries. */
 function retryable(err: unknown): boolean {
-  return err instanceof ImageDownloadError && !(err instanceof ImageDownloadFatalError) && !(err instanceof ImageDownloadOutofSpaceError);
+  return (
+    err instanceof ImageDownloadError &&
+    !(err instanceof ImageDownloadFatalError) &&
+    !(err instanceof RetriesSpentError) &&
+    !(err instanceof ImageDownloadOutofSpaceError)
+  );
 }
 
 /** Downloads, verifies and writes the image onto the device; returns how it went there. */

@@ -9,8 +9,8 @@ import { connect, type AddressInfo, type Socket } from 'node:net';
 import { execa } from 'execa';
 
 export type Fault =
-  /** Send this many bytes of the body, then drop the connection. */
-  | { kind: 'close-after'; bytes: number }
+  /** Send this many bytes of the body, then drop the connection (and run `then`, to change the file, say). */
+  | { kind: 'close-after'; bytes: number; then?: () => void }
   /** Send this many bytes of the body, then send nothing more (until the server closes). */
   | { kind: 'stall-after'; bytes: number }
   /** Answer with this status instead of the file. */
@@ -21,6 +21,7 @@ interface Served {
   file?: string;
   size: number;
   etag: string;
+  lastModified: string;
   /** Faults applied to the next requests, one each, in order. */
   faults: Fault[];
 }
@@ -28,6 +29,9 @@ interface Served {
 export interface ServerOptions {
   ranges?: boolean;
   etag?: boolean;
+  lastModified?: boolean;
+  /** Answer a Range request with 206 whatever If-Range says, as a careless cache might. */
+  ignoreIfRange?: boolean;
   /** Serve HTTPS with this key and certificate (PEM). */
   tls?: { key: string; cert: string };
 }
@@ -43,6 +47,7 @@ export interface RequestLog {
 export class ImageServer {
   private readonly files = new Map<string, Served>();
   private readonly sockets = new Set<Socket>();
+  private versions = 0;
   readonly requests: RequestLog[] = [];
   base = '';
 
@@ -60,14 +65,22 @@ export class ImageServer {
     return `${this.base}/${name}`;
   }
 
+  /** Serves `data` as `name`; serving a name again is a new version of the file, with new validators. */
   serve(name: string, data: Buffer | string): string {
-    this.files.set(name, { data: Buffer.from(data), size: Buffer.byteLength(data), etag: `"${name}-${Date.now()}"`, faults: [] });
+    const version = ++this.versions;
+    this.files.set(name, {
+      data: Buffer.from(data),
+      size: Buffer.byteLength(data),
+      etag: `"${name}-${version}"`,
+      lastModified: new Date(Date.UTC(2026, 0, 1, 0, 0, version)).toUTCString(),
+      faults: [],
+    });
     return this.url(name);
   }
 
   async serveFile(name: string, path: string): Promise<string> {
     const { size, mtimeMs } = await stat(path);
-    this.files.set(name, { file: path, size, etag: `"${name}-${mtimeMs}"`, faults: [] });
+    this.files.set(name, { file: path, size, etag: `"${name}-${mtimeMs}"`, lastModified: new Date(mtimeMs).toUTCString(), faults: [] });
     return this.url(name);
   }
 
@@ -98,11 +111,13 @@ export class ImageServer {
     let start = 0;
     const headers: Record<string, string | number> = { 'content-type': 'application/octet-stream' };
     if (this.options.etag) headers.etag = entry.etag;
+    if (this.options.lastModified) headers['last-modified'] = entry.lastModified;
     if (this.options.ranges) headers['accept-ranges'] = 'bytes';
     const range = this.options.ranges ? /^bytes=(\d+)-$/.exec(req.headers.range ?? '') : null;
     const ifRange = req.headers['if-range'];
     let status = 200;
-    if (range && (!ifRange || ifRange === entry.etag)) {
+    const current = ifRange === (this.options.etag ? entry.etag : entry.lastModified);
+    if (range && (!ifRange || current || this.options.ignoreIfRange)) {
       start = Number(range[1]);
       status = 206;
       headers['content-range'] = `bytes ${start}-${entry.size - 1}/${entry.size}`;
@@ -118,7 +133,9 @@ export class ImageServer {
     const body = entry.data!.subarray(start);
     if (!fault) return void res.end(body);
     res.write(body.subarray(0, fault.bytes), () => {
-      if (fault.kind === 'close-after') res.socket?.destroy();
+      if (fault.kind !== 'close-after') return;
+      res.socket?.destroy();
+      fault.then?.();
     });
   }
 
@@ -135,7 +152,12 @@ async function listen(server: Server, scheme = 'http'): Promise<string> {
 
 export async function startImageServer(options: ServerOptions = {}): Promise<ImageServer> {
   const server = options.tls ? createTlsServer(options.tls) : createServer();
-  const s = new ImageServer(server, { ranges: options.ranges ?? true, etag: options.etag ?? true });
+  const s = new ImageServer(server, {
+    ranges: options.ranges ?? true,
+    etag: options.etag ?? true,
+    lastModified: options.lastModified ?? false,
+    ignoreIfRange: options.ignoreIfRange ?? false,
+  });
   server.on('request', (req, res) => s.handle(req, res));
   s.base = await listen(server, options.tls ? 'https' : 'http');
   return s;
