@@ -128,9 +128,21 @@ describe('refused before the device is written', () => {
     }
   });
 
-  it('an md5 checksum when md5 is disabled', async () => {
+  it('an md5 checksum when md5 is disabled: HTTP 400 when given, FAILED when a checksum file holds it', async () => {
     const md5 = createHash('md5').update(await readFile(small.path)).digest('hex');
-    const r = await deployFile(small.path, { disk_format: 'raw', stream_raw_images: true, os_hash_algo: undefined, os_hash_value: undefined, checksum: md5 }, { 'ipa-md5-enabled': 'false' });
+    const md5Off = { 'ipa-md5-enabled': 'false' };
+    const agent = await startImageAgent(loop.path, md5Off);
+    try {
+      const image_info = { id: 'x', urls: [server.url('x')] };
+      const legacy = await runCommand(agent.url, 'standby.prepare_image', { image_info: { ...image_info, checksum: md5 } });
+      expect([legacy.status, legacy.json.faultstring]).toEqual([400, expect.stringMatching(/Image checksum is not available/)]);
+      const declared = await runCommand(agent.url, 'standby.prepare_image', { image_info: { ...image_info, os_hash_algo: 'md5', os_hash_value: md5 } });
+      expect([declared.status, declared.json.faultstring]).toEqual([400, expect.stringMatching(/MD5 checksums are disabled/)]);
+    } finally {
+      await agent.close();
+    }
+    const sums = server.serve(`md5sums-${Math.random()}`, `${md5}\n`);
+    const r = await deployFile(small.path, { disk_format: 'raw', stream_raw_images: true, os_hash_algo: undefined, os_hash_value: undefined, checksum: sums }, md5Off);
     await expectRefused(r, 'ImageChecksumError', /MD5 checksums are disabled/);
   });
 });
@@ -197,6 +209,20 @@ describe('bad image_info', () => {
       const missing = await runCommand(agent.url, 'standby.prepare_image', { image_info: { id: 'x', checksum: 'a'.repeat(64) } });
       expect(missing.json.faultstring).toBe("Invalid command parameters: Image is missing 'urls' field.");
       expect((await call(`${agent.url}/v1/commands/`)).json.commands).toEqual([]);
+    } finally {
+      await agent.close();
+    }
+  });
+
+  it('refuses partition images, which this agent does not write, with HTTP 400', async () => {
+    const agent = await startImageAgent(loop.path);
+    try {
+      const r = await runCommand(agent.url, 'standby.prepare_image', {
+        image_info: { id: 'p', urls: ['http://127.0.0.1/p'], checksum: 'a'.repeat(64), image_type: 'partition' },
+      });
+      expect(r.status).toBe(400);
+      expect(r.json.faultstring).toMatch(/^Invalid command parameters: Partition images are not supported/);
+      expect(await isPainted(loop.path, loop.sizeBytes)).toBe(true);
     } finally {
       await agent.close();
     }

@@ -17,6 +17,7 @@ import { readDevice } from './helpers/image-agent.ts';
 import { join } from 'node:path';
 
 const H64 = 'a'.repeat(64);
+const md5On = { md5Enabled: true };
 
 describe('parseImageInfo', () => {
   const base = { id: 'img', urls: ['http://h/img.raw'] };
@@ -31,7 +32,18 @@ describe('parseImageInfo', () => {
     [{ ...base, urls: ['ftp://h/x'], checksum: H64 }, /only http and https/],
     [{ ...base, checksum: H64, proxies: 'x' }, "image_info 'proxies' must be an object"],
   ])('refuses %j', (info, message) => {
-    expect(() => parseImageInfo(info)).toThrow(expect.objectContaining({ name: 'InvalidCommandParamsError', details: message instanceof RegExp ? expect.stringMatching(message) : message }));
+    expect(() => parseImageInfo(info, md5On)).toThrow(expect.objectContaining({ name: 'InvalidCommandParamsError', details: message instanceof RegExp ? expect.stringMatching(message) : message }));
+  });
+
+  it('holds md5 to ipa-md5-enabled: a short literal checksum is not usable, os_hash_algo md5 is refused', () => {
+    const md5Off = { md5Enabled: false };
+    const md5 = 'b'.repeat(32);
+    const refusal = (details: RegExp) => expect.objectContaining({ name: 'InvalidCommandParamsError', details: expect.stringMatching(details) });
+    expect(() => parseImageInfo({ ...base, checksum: md5 }, md5Off)).toThrow(refusal(/^Image checksum is not available/));
+    expect(() => parseImageInfo({ ...base, os_hash_algo: 'md5', os_hash_value: md5 }, md5Off)).toThrow(refusal(/MD5 checksums are disabled/));
+    expect(parseImageInfo({ ...base, os_hash_algo: 'md5', os_hash_value: md5, checksum: H64 }, md5Off).checksum).toEqual({ value: H64, isUrl: false, field: 'checksum' });
+    expect(parseImageInfo({ ...base, checksum: 'http://h/MD5SUMS' }, md5Off).checksum).toMatchObject({ isUrl: true });
+    expect(parseImageInfo({ ...base, checksum: md5 }, md5On).checksum).toEqual({ value: md5, isUrl: false, field: 'checksum' });
   });
 
   it('reads everything ironic sends into one typed object', () => {
@@ -46,7 +58,7 @@ describe('parseImageInfo', () => {
       proxies: { http: 'proxy:3128', https: null },
       no_proxy: '.local',
       node_uuid: 'n',
-    });
+    }, md5On);
     expect(info).toMatchObject({
       diskFormat: 'raw',
       streamRaw: true,
@@ -56,7 +68,7 @@ describe('parseImageInfo', () => {
       noProxy: '.local',
       imageType: 'whole-disk',
     });
-    expect(parseImageInfo({ ...base, checksum: 'x', image_server_auth_strategy: 'http_basic', image_server_user: 'u', image_server_password: 'p' }).authorization).toBe(
+    expect(parseImageInfo({ ...base, checksum: 'x', image_server_auth_strategy: 'http_basic', image_server_user: 'u', image_server_password: 'p' }, md5On).authorization).toBe(
       `Basic ${Buffer.from('u:p').toString('base64')}`,
     );
   });

@@ -150,7 +150,7 @@ export class CommandExecutor extends EventEmitter<ExecutorEvents> {
     const record = new CommandRecord(method, extName);
     const ctx = { ...this.services, progress: () => {} };
     try {
-      const parsed = spec.parse(params);
+      const parsed = spec.parse(params, this.services.config);
       const value = await spec.run(parsed, ctx);
       record.finish('SUCCEEDED', normaliseResult(value, method, 'sync'), null);
     } catch (err) {
@@ -166,7 +166,7 @@ export class CommandExecutor extends EventEmitter<ExecutorEvents> {
   }
 
   private startAsync(spec: CommandSpec, extName: string, method: string, params: Params): CommandRecord {
-    const parsed = spec.parse(params);
+    const parsed = spec.parse(params, this.services.config);
     const record = new CommandRecord(method, extName);
     this.history.push(record);
     const ctx = {

@@ -24,8 +24,11 @@ export type Params = Record<string, unknown>;
 
 export interface CommandSpec<P = unknown> {
   mode: 'sync' | 'async';
-  /** Throws an InvalidContentError subclass (HTTP 400, nothing recorded) on bad params. */
-  parse(params: Params): P;
+  /**
+   * Throws an InvalidContentError subclass (HTTP 400, nothing recorded) on bad params. The config is there
+   * for params whose validity depends on the agent's settings (an md5 checksum when md5 is disabled).
+   */
+  parse(params: Params, config: Config): P;
   run(params: P, ctx: CommandContext): unknown;
 }
 

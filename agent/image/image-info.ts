@@ -45,7 +45,18 @@ function isHttpUrl(v: string): boolean {
   return v.startsWith('http://') || v.startsWith('https://');
 }
 
-function parseChecksum(info: Record<string, unknown>): ChecksumSource {
+export interface ImageInfoPolicy {
+  md5Enabled: boolean;
+}
+
+const MD5_DISABLED = 'MD5 checksums are disabled on this agent (ipa-md5-enabled=false); use sha256 or sha512';
+
+/**
+ * As IPA validates: a literal `checksum` of 32 characters or fewer counts as md5, usable only when md5 is
+ * enabled. Unlike IPA, `os_hash_algo: md5` is held to the same setting. A value fetched from a URL can only be
+ * judged once it is known (checksum.ts).
+ */
+function parseChecksum(info: Record<string, unknown>, policy: ImageInfoPolicy): ChecksumSource {
   const algoName = optStr(info, 'os_hash_algo');
   const hashValue = optStr(info, 'os_hash_value');
   const legacy = optStr(info, 'checksum');
@@ -55,7 +66,9 @@ function parseChecksum(info: Record<string, unknown>): ChecksumSource {
   }
   if (algoName && hashValue) {
     const algo = hashAlgoFor(algoName.trim().toLowerCase());
-    if (algo) {
+    if (algo === 'md5' && !policy.md5Enabled) {
+      if (!legacy) throw bad(MD5_DISABLED);
+    } else if (algo) {
       const value = hashValue.trim();
       return { algo, value, isUrl: isHttpUrl(value), field: 'os_hash_value' };
     }
@@ -63,7 +76,8 @@ function parseChecksum(info: Record<string, unknown>): ChecksumSource {
   }
   if (legacy) {
     const value = legacy.trim();
-    return { value, isUrl: isHttpUrl(value), field: 'checksum' };
+    const isUrl = isHttpUrl(value);
+    if (isUrl || value.length > 32 || policy.md5Enabled) return { value, isUrl, field: 'checksum' };
   }
   throw bad(
     "Image checksum is not available, either the 'checksum' field or the 'os_hash_algo' and 'os_hash_value' " +
@@ -130,7 +144,7 @@ function parseBool(info: Record<string, unknown>, key: string): boolean {
   throw bad(`image_info '${key}' must be a boolean`);
 }
 
-export function parseImageInfo(value: unknown): ImageInfo {
+export function parseImageInfo(value: unknown, policy: ImageInfoPolicy): ImageInfo {
   if (!isObject(value)) throw bad("'image_info' must be an object");
   for (const field of ['id', 'urls'] as const) {
     if (value[field] === undefined) throw bad(`Image is missing '${field}' field.`);
@@ -138,7 +152,7 @@ export function parseImageInfo(value: unknown): ImageInfo {
   const id = value.id;
   if (typeof id !== 'string' || id === '') throw bad("image_info 'id' must be a non-empty string");
   const urls = parseUrls(value);
-  const checksum = parseChecksum(value);
+  const checksum = parseChecksum(value, policy);
   const diskFormat = optStr(value, 'disk_format')?.toLowerCase();
   return {
     id,

@@ -49,7 +49,7 @@ export const deploy: Extension = {
         throw new HardwareManagerMethodNotFound(`No HardwareManager found to handle method: ${String(step.interface)}.${String(step.step)}`);
       }
       const args = isObject(step.args) ? step.args : {};
-      const { info, configdrive } = parsePrepareImage(args);
+      const { info, configdrive } = parsePrepareImage(args, ctx.config);
       const message = await prepareImage(ctx, { info, configdrive, hints: nodeHints(p.node) });
       return { deploy_result: { result: `prepare_image: ${message}` }, deploy_step: step };
     },

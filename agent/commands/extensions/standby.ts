@@ -1,4 +1,5 @@
 // standby: the commands that write the image and end a deployment (power off, reboot, flush).
+import type { Config } from '../../config/config.ts';
 import { InvalidCommandParamsError } from '../../errors.ts';
 import { parseImageInfo, type ImageInfo } from '../../image/image-info.ts';
 import { partitionUuids, prepareImage } from '../../image/prepare.ts';
@@ -13,8 +14,8 @@ export interface PrepareImageParams {
 }
 
 /** The one validation of `prepare_image`'s params, shared with the `write_image` deploy step. */
-export function parsePrepareImage(p: Params): PrepareImageParams {
-  const info = parseImageInfo(p.image_info);
+export function parsePrepareImage(p: Params, config: Config): PrepareImageParams {
+  const info = parseImageInfo(p.image_info, { md5Enabled: config.image.md5Enabled });
   if (info.imageType === 'partition') {
     throw new InvalidCommandParamsError('Partition images are not supported by this agent; deploy a whole-disk image');
   }
