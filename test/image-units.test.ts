@@ -120,6 +120,13 @@ describe('no_proxy', () => {
     ['https://h/x', '*', true],
     ['http://[::1]:80/x', '::1', true],
     ['http://h/x', undefined, false],
+    ['http://10.1.2.3/x', 'example.org, 10.0.0.0/8', true],
+    ['http://11.1.2.3/x', '10.0.0.0/8', false],
+    ['http://192.168.7.9:6385/x', '192.168.7.0/24', true],
+    ['http://[fd00::5]/x', 'fd00::/8', true],
+    ['http://[fe80::5]/x', 'fd00::/8', false],
+    ['http://10.1.2.3/x', '::/0', false],
+    ['http://img.example.org/x', '10.0.0.0/8', false],
   ])('%s with %s', (url, noProxy, bypass) => {
     expect(bypassesProxy(new URL(url), noProxy)).toBe(bypass);
   });
@@ -153,10 +160,13 @@ describe('inspectImage over real images', () => {
     expect(headHasGpt(h)).toBe(true);
   });
 
-  it('qcow2: clean, backing file, external data file', async () => {
+  it('qcow2: clean, backing file, external data file, encrypted', async () => {
     expect(inspectImage(await head(await toQcow2(raw)))).toEqual({ format: 'qcow2', virtualSize: 4 * 1024 * 1024, unsafe: [] });
     expect(inspectImage(await head(await qcow2WithBackingFile(raw))).unsafe.join()).toMatch(/backing file: .*\.raw/);
     expect(inspectImage(await head(await qcow2WithDataFile(work.dir, 4))).unsafe.join()).toMatch(/external data file/);
+    const encrypted = join(work.dir, 'encrypted.qcow2');
+    await execa('qemu-img', ['create', '-q', '-f', 'qcow2', '--object', 'secret,id=sec0,data=hunter2', '-o', 'encrypt.format=luks,encrypt.key-secret=sec0', encrypted, '4M']);
+    expect(inspectImage(await head(encrypted)).unsafe).toEqual(['qcow2 image is encrypted']);
   });
 
   it('vmdk, vhdx, vpc, vdi, luks, iso', async () => {

@@ -1,6 +1,7 @@
 // Which undici dispatcher carries a request: direct or through the proxy `image_info` names for the URL's
 // scheme, unless `no_proxy` covers the host. TLS (insecure, CA file, minimum version) applies to all.
 import { readFileSync } from 'node:fs';
+import { BlockList, isIP } from 'node:net';
 import { Agent, ProxyAgent, interceptors, type Dispatcher } from 'undici';
 import { InvalidCommandParamsError } from '../errors.ts';
 
@@ -15,7 +16,20 @@ export interface DispatchOptions {
   noProxy?: string;
 }
 
-/** `no_proxy` as curl and requests read it: `*`, or host names / domain suffixes, each with an optional port. */
+/** Whether `host` is an IP address inside `network`/`prefix`, of the same family. */
+function inSubnet(host: string, network: string, prefix: number): boolean {
+  const family = isIP(network);
+  if (family === 0 || isIP(host) !== family || prefix > (family === 4 ? 32 : 128)) return false;
+  const type = family === 4 ? 'ipv4' : 'ipv6';
+  const subnet = new BlockList();
+  subnet.addSubnet(network, prefix, type);
+  return subnet.check(host, type);
+}
+
+/**
+ * `no_proxy` as curl and requests read it: `*`, host names / domain suffixes with an optional port, and
+ * (as both do for IPv4, curl for IPv6 too) address ranges such as `10.0.0.0/8`.
+ */
 export function bypassesProxy(url: URL, noProxy: string | undefined): boolean {
   if (!noProxy) return false;
   const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase();
@@ -24,6 +38,11 @@ export function bypassesProxy(url: URL, noProxy: string | undefined): boolean {
     const entry = raw.trim().toLowerCase();
     if (!entry) continue;
     if (entry === '*') return true;
+    const cidr = /^([^/]+)\/(\d{1,3})$/.exec(entry);
+    if (cidr) {
+      if (inSubnet(host, cidr[1]!.replace(/^\[|\]$/g, ''), Number(cidr[2]))) return true;
+      continue;
+    }
     // A bare IPv6 address has several colons and no port; a port needs the bracketed form.
     const m = (entry.split(':').length > 2 && !entry.startsWith('[')) ? [entry, entry] : /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(entry);
     if (!m) continue;
