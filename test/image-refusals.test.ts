@@ -6,6 +6,8 @@ import { mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { attachLoop, detachLoop, MiB, type LoopDevice } from './helpers/loop.ts';
 import { call } from './helpers/api-harness.ts';
@@ -52,6 +54,23 @@ async function deployFile(file: string, info: Record<string, unknown>, flags: Re
   }
 }
 
+/** Runs `body` with a fresh tmpfs of `size` mounted, or skips the test, saying why, where none can be mounted. */
+async function withTmpfs(size: string, ctx: { skip(): void }, body: (dir: string) => Promise<void>): Promise<void> {
+  const dir = await mkdtemp(join(tmpdir(), 'ina-tmpfs-'));
+  const mounted = await execa('mount', ['-t', 'tmpfs', '-o', `size=${size}`, 'tmpfs', dir], { reject: false });
+  if (mounted.exitCode !== 0) {
+    console.warn(`skipped: cannot mount a tmpfs here (${mounted.stderr.trim()})`);
+    await rm(dir, { recursive: true, force: true });
+    ctx.skip();
+  }
+  try {
+    await body(dir);
+  } finally {
+    await execa('umount', [dir], { reject: false });
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
 async function expectRefused(r: Awaited<ReturnType<typeof deployFile>>, type: string, details: RegExp): Promise<void> {
   expect(r.command_status).toBe('FAILED');
   expect(r.command_error!.type).toBe(type);
@@ -92,24 +111,40 @@ describe('refused before the device is written', () => {
   });
 
   it('an image the RAM-backed buffer cannot hold', async (ctx) => {
-    const dir = await mkdtemp(join(tmpdir(), 'ina-tmpfs-'));
-    const mounted = await execa('mount', ['-t', 'tmpfs', '-o', 'size=2m', 'tmpfs', dir], { reject: false });
-    if (mounted.exitCode !== 0) {
-      console.warn(`skipped: cannot mount a small tmpfs here (${mounted.stderr.trim()})`);
-      await rm(dir, { recursive: true, force: true });
-      ctx.skip();
-    }
-    try {
+    await withTmpfs('2m', ctx, async (dir) => {
       const r = await deployFile(small.path, { disk_format: 'raw', stream_raw_images: false }, { 'ipa-image-buffer-dir': dir });
       await expectRefused(r, 'ImageDownloadOutofSpaceError', /does not fit in the buffer/);
       // Packed, the 6 MiB image fits in 2 MiB: it is downloaded, and its decoder stopped at the buffer's size.
       const packed = await compress(small.path, 'gzip');
       const p = await deployFile(packed, { disk_format: 'raw', stream_raw_images: false }, { 'ipa-image-buffer-dir': dir });
       await expectRefused(p, 'ImageDownloadOutofSpaceError', /does not fit in the buffer directory .*: the decompressed image is larger than the \d+ bytes/);
-    } finally {
-      await execa('umount', [dir], { reject: false });
-      await rm(dir, { recursive: true, force: true });
-    }
+    });
+  });
+
+  it('an image larger than free memory, though the tmpfs buffer would take it, before its body is read', async (ctx) => {
+    const available = Number(/^MemAvailable:\s+(\d+) kB/m.exec(await readFile('/proc/meminfo', 'utf8'))![1]) * 1024;
+    // tmpfs allocates nothing up front, so its size may exceed the machine's memory.
+    await withTmpfs(`${Math.ceil((available * 2) / MiB)}m`, ctx, async (dir) => {
+      const declared = available + 1024 * MiB;
+      let sent = 0;
+      const liar = createServer((_req, res) => {
+        res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': declared });
+        res.write(Buffer.alloc(64 * 1024), () => (sent += 64 * 1024));
+      });
+      await new Promise<void>((resolve) => liar.listen(0, '127.0.0.1', resolve));
+      const agent = await startImageAgent(loop.path, { 'ipa-image-buffer-dir': dir });
+      try {
+        const r = await runToEnd(agent.url, 'standby.prepare_image', {
+          image_info: { id: 'huge', urls: [`http://127.0.0.1:${(liar.address() as AddressInfo).port}/huge.qcow2`], disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: 'a'.repeat(64) },
+        });
+        await expectRefused(r, 'ImageDownloadOutofSpaceError', new RegExp(`the image \\(${declared} bytes\\) does not fit in the buffer: .* \\(RAM-backed: the lesser of its free space and free memory\\)`));
+        expect(sent).toBeLessThanOrEqual(64 * 1024);
+      } finally {
+        await agent.close();
+        liar.closeAllConnections();
+        await new Promise((resolve) => liar.close(resolve));
+      }
+    });
   });
 
   it('a config drive that does not decode, before the image is fetched', async () => {
