@@ -195,6 +195,13 @@ describe('deploy steps and partition UUIDs', () => {
 
       const mismatch = await runToEnd(agent.url, 'deploy.execute_deploy_step', { step, node, ports: [], deploy_version: { generic_hardware_manager: '0.1' } });
       expect(mismatch.command_status).toBe('CLEAN_VERSION_MISMATCH');
+      expect((await runToEnd(agent.url, 'standby.get_partition_uuids', {})).command_result).toEqual(uuids.command_result);
+
+      // A failed write leaves no UUIDs of the image it replaced.
+      const broken = { ...step, args: { ...step.args, image_info: { ...step.args.image_info, checksum: 'ab'.repeat(32) } } };
+      expect((await runToEnd(agent.url, 'deploy.execute_deploy_step', { step: broken, node, ports: [], deploy_version: version })).command_status).toBe('FAILED');
+      expect((await runToEnd(agent.url, 'standby.get_partition_uuids', {})).command_result).toEqual({});
+      await runToEnd(agent.url, 'deploy.execute_deploy_step', { step, node, ports: [], deploy_version: version });
     } finally {
       await agent.close();
     }
