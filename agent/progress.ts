@@ -1,5 +1,5 @@
 // Progress of a long operation (an image deploy, a disk erase): the RUNNING command's `command_result`
-// (throttled) and a log line every few seconds.
+// (throttled) and a log line every few seconds, also while no bytes move, so that a stall shows as one.
 import type { Logger } from './log.ts';
 
 export interface ProgressReport {
@@ -14,6 +14,8 @@ export interface ProgressReport {
 
 const REPORT_EVERY_MS = 500;
 const LOG_EVERY_MS = 5000;
+/** How often a phase that moved no bytes lately still reports. */
+const IDLE_REPORT_MS = 1000;
 const MiB = 1024 * 1024;
 
 export class ProgressMeter {
@@ -25,6 +27,7 @@ export class ProgressMeter {
   private lastReport = 0;
   private lastLog = Date.now();
   private running = false;
+  private ticker?: NodeJS.Timeout;
 
   constructor(
     private readonly report: (r: ProgressReport) => void,
@@ -42,6 +45,7 @@ export class ProgressMeter {
     this.total = total;
     this.phaseStart = Date.now();
     this.lastLog = this.phaseStart;
+    this.ticker = setInterval(() => this.idle(), IDLE_REPORT_MS).unref();
     const size = total !== null ? ` (${(total / MiB).toFixed(1)} MiB)` : '';
     this.log.info({ ...context, phase, bytes_total: total }, `${this.subject} ${phase} started${size}`);
     this.emit(true);
@@ -54,6 +58,7 @@ export class ProgressMeter {
   finish(): void {
     if (!this.running) return;
     this.running = false;
+    clearInterval(this.ticker);
     const snap = this.snapshot();
     const phaseS = Number(((Date.now() - this.phaseStart) / 1000).toFixed(3));
     const moved = snap.bytes_done > 0 ? ` (${formatProgress({ ...snap, bytes_total: null, eta_s: null })})` : '';
@@ -88,6 +93,19 @@ export class ProgressMeter {
     const now = Date.now();
     if (!force && now - this.lastReport < REPORT_EVERY_MS) return;
     this.lastReport = now;
+    this.publish(now);
+  }
+
+  /**
+   * The timer's report when bytes stopped coming: the average rate falls and the eta grows as time passes.
+   * It leaves the byte-driven throttle alone, so the next bytes are reported at once.
+   */
+  private idle(): void {
+    const now = Date.now();
+    if (now - this.lastReport >= IDLE_REPORT_MS) this.publish(now);
+  }
+
+  private publish(now: number): void {
     const snap = this.snapshot();
     this.report(snap);
     if (now - this.lastLog >= LOG_EVERY_MS) {

@@ -60,6 +60,22 @@ describe('ProgressMeter', () => {
     expect(reports.at(-1)).toMatchObject({ phase: 'download', bytes_done: 5 * MiB, bytes_total: 10 * MiB, eta_s: 1 });
   });
 
+  it('keeps reporting while no bytes come: the rate falls, the eta grows, the log says so; and stops on finish', () => {
+    const { m, reports, records } = meter();
+    m.start('download', 100 * MiB);
+    vi.advanceTimersByTime(1000);
+    m.add(10 * MiB);
+    vi.advanceTimersByTime(9000);
+    expect(reports.at(-1)).toEqual({ phase: 'download', bytes_done: 10 * MiB, bytes_total: 100 * MiB, rate_bps: 1 * MiB, eta_s: 90 });
+    expect(records().map((r) => r.msg)).toContain('image download: 10.0 MiB of 100.0 MiB at 1.0 MiB/s, eta 90 s');
+    m.add(10 * MiB);
+    expect(reports.at(-1)).toMatchObject({ bytes_done: 20 * MiB });
+    m.finish();
+    const count = reports.length;
+    vi.advanceTimersByTime(10_000);
+    expect(reports.length).toBe(count);
+  });
+
   it('logs nothing on finish when no phase ran', () => {
     const { m, ended } = meter();
     m.finish();
