@@ -183,6 +183,28 @@ describe('inspectImage over real images', () => {
     expect(inspectImage(await head(iso)).format).toBe('iso');
   });
 
+  it('vmdk: the sparse files qemu-img writes pass; an embedded descriptor naming other files or a parent does not', async () => {
+    const made = async (subformat: string) => {
+      const out = join(work.dir, `${subformat}.vmdk`);
+      await execa('qemu-img', ['convert', '-q', '-f', 'raw', '-O', 'vmdk', '-o', `subformat=${subformat}`, raw, out]);
+      return (await readFile(out)).subarray(0, INSPECT_HEAD_BYTES);
+    };
+    const sparse = await made('monolithicSparse');
+    expect(inspectImage(sparse)).toEqual({ format: 'vmdk', virtualSize: 4 * 1024 * 1024, unsafe: [] });
+    expect(inspectImage(await made('streamOptimized')).unsafe).toEqual([]);
+    const at = Number(sparse.readBigUInt64LE(28)) * 512;
+    const descriptor = sparse.toString('latin1', at, at + Number(sparse.readBigUInt64LE(36)) * 512).replace(/\0+$/, '');
+    const withDescriptor = (text: string) => {
+      const copy = Buffer.from(sparse);
+      copy.fill(0, at, at + 20 * 512).write(text, at, 'latin1');
+      return inspectImage(copy).unsafe.join('; ');
+    };
+    expect(withDescriptor(descriptor.replace(/^RW .*$/m, 'RW 8192 FLAT "/etc/shadow" 0'))).toMatch(/extents other than one sparse extent: RW 8192 FLAT/);
+    expect(withDescriptor(descriptor.replace(/^(RW .*)$/m, '$1\nRW 8192 SPARSE "other.vmdk"'))).toMatch(/extents other than one sparse extent/);
+    expect(withDescriptor(descriptor.replace('monolithicSparse', 'twoGbMaxExtentSparse'))).toMatch(/create type twoGbMaxExtentSparse/);
+    expect(withDescriptor(descriptor.replace(/^parentCID=.*$/m, 'parentCID=1234abcd\nparentFileNameHint="base.vmdk"'))).toMatch(/parent disk/);
+  });
+
   it('a compressed image is not mistaken for a container', async () => {
     expect(inspectImage(await head(await compress(raw, 'gzip'))).format).toBe('raw');
   });

@@ -64,11 +64,35 @@ function qcow2ExtensionProblems(head: Buffer, headerLength: number): string[] {
   return [];
 }
 
-function inspectVmdk(head: Buffer): ImageInspection {
-  if (has(head, 0, 'KDMV') && head.length >= 20) {
-    return { format: 'vmdk', virtualSize: Number(head.readBigUInt64LE(12)) * 512, unsafe: [] };
+/**
+ * A sparse vmdk embeds a text descriptor, which could name other files as extents or a parent disk for
+ * qemu-img to read. Only the two single-file kinds qemu-img writes itself pass: one SPARSE extent, no parent.
+ */
+function vmdkDescriptorProblems(text: string): string[] {
+  const problems: string[] = [];
+  const type = /^createType\s*=\s*"([^"]*)"/m.exec(text)?.[1];
+  if (type !== 'monolithicSparse' && type !== 'streamOptimized') problems.push(`vmdk create type ${type ?? '(none)'} is not a single sparse file`);
+  const extents = text.split('\n').map((l) => l.trim()).filter((l) => /^(RW|RDONLY|NOACCESS)\s/.test(l));
+  if (extents.length !== 1 || !/^\S+\s+\d+\s+SPARSE(\s|$)/.test(extents[0]!)) {
+    problems.push(`vmdk extents other than one sparse extent: ${extents.join('; ') || '(none)'}`);
   }
-  return { format: 'vmdk', unsafe: ['vmdk descriptor files reference other files'] };
+  const parent = /^parentCID\s*=\s*(\S+)/m.exec(text)?.[1];
+  if ((parent !== undefined && parent.toLowerCase() !== 'ffffffff') || /^parentFileNameHint/m.test(text)) {
+    problems.push('vmdk image has a parent disk');
+  }
+  return problems;
+}
+
+function inspectVmdk(head: Buffer): ImageInspection {
+  if (!has(head, 0, 'KDMV')) return { format: 'vmdk', unsafe: ['vmdk descriptor files reference other files'] };
+  if (head.length < 44) return { format: 'vmdk', unsafe: ['vmdk header is truncated'] };
+  const virtualSize = Number(head.readBigUInt64LE(12)) * 512;
+  const start = Number(head.readBigUInt64LE(28)) * 512;
+  const end = start + Number(head.readBigUInt64LE(36)) * 512;
+  if (start === 0) return { format: 'vmdk', virtualSize, unsafe: [] };
+  if (end > head.length) return { format: 'vmdk', virtualSize, unsafe: ['vmdk descriptor lies beyond the inspected header'] };
+  const text = head.toString('latin1', start, end).replace(/\0+$/, '');
+  return { format: 'vmdk', virtualSize, unsafe: vmdkDescriptorProblems(text) };
 }
 
 function hasBootSignature(head: Buffer): boolean {
