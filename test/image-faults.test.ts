@@ -167,6 +167,19 @@ describe('image download faults', () => {
     await expectImageOnDisk();
   });
 
+  it('waits as long as a 429 or 503 asks with Retry-After before the next attempt', async () => {
+    const s = await server();
+    const url = s.serve('img', image);
+    s.fault('img', { kind: 'status', code: 429, headers: { 'retry-after': '1' } }, { kind: 'status', code: 503, headers: { 'retry-after': 'soon' } });
+    const r = await deploy([url]);
+    expect(r.command_error).toBeNull();
+    expect(s.requests.map((q) => q.status)).toEqual([429, 503, 200]);
+    // The helper's retry interval is 50 ms: the first pause is the server's second, the next (unreadable) is not the 60 s cap.
+    const [a, b, c] = s.requests.map((q) => q.at);
+    expect(b! - a!).toBeGreaterThanOrEqual(950);
+    expect(c! - b!).toBeLessThan(5000);
+  });
+
   it('stops after retries + 1 requests per URL when every answer is an error, instead of starting the round again', async () => {
     const s = await server();
     const a = s.serve('a', image);

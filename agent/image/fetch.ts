@@ -47,10 +47,21 @@ export interface OpenedImage {
 type Response = Dispatcher.ResponseData;
 
 const MAX_ERROR_BODY = 300;
+/** The longest pause a server's Retry-After may impose between two attempts. */
+const MAX_RETRY_AFTER_MS = 60_000;
 
 function header(res: Response, name: string): string | undefined {
   const v = res.headers[name];
   return Array.isArray(v) ? v[0] : v;
+}
+
+/** The pause a 429 or 503 asks for (Retry-After in seconds or as a date), capped; 0 when it asks none. */
+function retryAfterMs(res: Response): number {
+  if (res.statusCode !== 429 && res.statusCode !== 503) return 0;
+  const value = header(res, 'retry-after')?.trim();
+  if (!value) return 0;
+  const ms = /^\d+$/.test(value) ? Number(value) * 1000 : Date.parse(value) - Date.now();
+  return Number.isFinite(ms) ? Math.min(Math.max(0, ms), MAX_RETRY_AFTER_MS) : 0;
 }
 
 async function drain(res: Response): Promise<string> {
@@ -113,8 +124,10 @@ export class ImageFetcher {
     const failures: string[] = [];
     for (const url of urls) {
       const shown = shownUrl(url);
+      let asked = 0;
       for (let attempt = 0; attempt <= this.policy.retries; attempt++) {
-        if (attempt > 0) await sleep(this.policy.retryIntervalMs);
+        if (attempt > 0) await sleep(Math.max(this.policy.retryIntervalMs, asked));
+        asked = 0;
         this.checkDeadline();
         let res: Response;
         try {
@@ -131,7 +144,8 @@ export class ImageFetcher {
           throw new ImageDownloadFatalError(`${what}: ${text}`);
         }
         failures.push(text);
-        this.policy.log.warn({ url: shown, attempt, status: res.statusCode }, `${what} request failed`);
+        asked = retryAfterMs(res);
+        this.policy.log.warn({ url: shown, attempt, status: res.statusCode, retry_after_ms: asked || undefined }, `${what} request failed`);
       }
     }
     throw new RetriesSpentError(`${what} failed from every URL:\n ${failures.join('\n ')}`);

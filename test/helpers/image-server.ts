@@ -13,8 +13,8 @@ export type Fault =
   | { kind: 'close-after'; bytes: number; then?: () => void }
   /** Send this many bytes of the body, then send nothing more (until the server closes). */
   | { kind: 'stall-after'; bytes: number }
-  /** Answer with this status instead of the file. */
-  | { kind: 'status'; code: number };
+  /** Answer with this status (and these headers) instead of the file. */
+  | { kind: 'status'; code: number; headers?: Record<string, string> };
 
 interface Served {
   data?: Buffer;
@@ -42,6 +42,8 @@ export interface RequestLog {
   ifRange?: string;
   authorization?: string;
   status: number;
+  /** When the request arrived (epoch ms). */
+  at: number;
 }
 
 export class ImageServer {
@@ -98,15 +100,16 @@ export class ImageServer {
       ifRange: req.headers['if-range'] as string | undefined,
       authorization: req.headers.authorization,
       status: 0,
+      at: Date.now(),
     };
     this.requests.push(log);
-    const reply = (status: number, body: string) => {
+    const reply = (status: number, body: string, headers: Record<string, string> = {}) => {
       log.status = status;
-      res.writeHead(status, { 'content-type': 'text/plain' }).end(body);
+      res.writeHead(status, { 'content-type': 'text/plain', ...headers }).end(body);
     };
     if (!entry) return reply(404, 'not found');
     const fault = entry.faults.shift();
-    if (fault?.kind === 'status') return reply(fault.code, `injected ${fault.code}`);
+    if (fault?.kind === 'status') return reply(fault.code, `injected ${fault.code}`, fault.headers);
 
     let start = 0;
     const headers: Record<string, string | number> = { 'content-type': 'application/octet-stream' };
