@@ -174,7 +174,7 @@ describe('image download faults', () => {
     const r = await deploy([url]);
     expect(r.command_error).toBeNull();
     expect(s.requests.map((q) => q.status)).toEqual([429, 503, 200]);
-    // The helper's retry interval is 50 ms: the first pause is the server's second, the next (unreadable) is not the 60 s cap.
+    // The helper's retry interval is 50 ms: the first pause is the server's second; an unreadable Retry-After is ignored.
     const [a, b, c] = s.requests.map((q) => q.at);
     expect(b! - a!).toBeGreaterThanOrEqual(950);
     expect(c! - b!).toBeLessThan(5000);
