@@ -238,7 +238,7 @@ describe('image download faults', () => {
     expect(proxy.seen.length).toBe(1);
   });
 
-  it('verifies HTTPS servers: refused when untrusted, accepted with ipa-cafile or ipa-insecure', async (ctx) => {
+  it('verifies HTTPS servers, directly or through a CONNECT proxy: refused when untrusted, accepted with ipa-cafile or ipa-insecure', async (ctx) => {
     if ((await execa('openssl', ['version'], { reject: false })).exitCode !== 0) {
       console.warn('skipped: openssl is not installed, so no test certificate can be made');
       ctx.skip();
@@ -253,6 +253,16 @@ describe('image download faults', () => {
     expect((await deploy([url], {}, { 'ipa-cafile': tls.certFile })).command_error).toBeNull();
     expect((await deploy([url], {}, { 'ipa-insecure': 'true' })).command_error).toBeNull();
     await expectImageOnDisk();
+
+    // Through the https proxy, a CONNECT tunnel, and the server's certificate still checked at the far end.
+    const proxy = await startProxy();
+    servers.push(proxy);
+    const proxies = { http: 'http://127.0.0.1:9', https: proxy.url };
+    const tunnelled = await deploy([url], { proxies }, { 'ipa-cafile': tls.certFile });
+    expect(tunnelled.command_error).toBeNull();
+    expect(proxy.seen).toEqual([new URL(url).host]);
+    const unchecked = await deploy([url], { proxies }, { 'ipa-image-download-connection-retries': '0' });
+    expect(unchecked.command_error!.details).toMatch(/certificate/i);
   });
 
   it('sends the Authorization header image_info carries', async () => {
