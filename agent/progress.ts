@@ -98,10 +98,12 @@ export class ProgressMeter {
 
   /**
    * The timer's report when bytes stopped coming: the average rate falls and the eta grows as time passes.
-   * It leaves the byte-driven throttle alone, so the next bytes are reported at once.
+   * It leaves the byte-driven throttle alone, so the next bytes are reported at once. A phase that counts no
+   * bytes (choosing the device, waiting for the checksum) would only repeat zeros, as if it had stalled.
    */
   private idle(): void {
     const now = Date.now();
+    if (this.done === 0 && this.total === null) return;
     if (now - this.lastReport >= IDLE_REPORT_MS) this.publish(now);
   }
 

@@ -115,14 +115,45 @@ describe('image download faults', () => {
     });
   }
 
-  it('starts over when the resumed answer is of another length', async () => {
+  it('starts over when the resumed answer is of another length, though its validators did not change', async () => {
     const s = await server({ ignoreIfRange: true });
     const url = s.serve('img', Buffer.alloc(image.length + 4096, 0x5a));
-    s.fault('img', { kind: 'close-after', bytes: 1 * MiB, then: () => s.serve('img', image) });
+    s.fault('img', { kind: 'close-after', bytes: 1 * MiB, then: () => s.serve('img', image, { sameValidators: true }) });
     const r = await deploy([url]);
     expect(r.command_error).toBeNull();
     await expectImageOnDisk();
     expect(s.requests.map((q) => q.status)).toEqual([200, 206, 200]);
+  });
+
+  it('starts over when a server that honours If-Range answers the resume with the new image in full', async () => {
+    const s = await server();
+    const url = s.serve('img', Buffer.alloc(image.length, 0x5a));
+    s.fault('img', { kind: 'close-after', bytes: 1 * MiB, then: () => s.serve('img', image) });
+    const r = await deploy([url]);
+    expect(r.command_error).toBeNull();
+    await expectImageOnDisk();
+    expect(s.requests.map((q) => [q.range ?? null, q.status])).toEqual([[null, 200], [`bytes=${1 * MiB}-`, 200], [null, 200]]);
+  });
+
+  it('resumes through more breaks than the retry count when each resumed answer makes progress', async () => {
+    const s = await server();
+    const url = s.serve('img', image);
+    // 1.25 MiB per answer: five answers for the 6 MiB image, four breaks against the helper's two retries.
+    s.fault('img', ...Array.from({ length: 4 }, () => ({ kind: 'close-after' as const, bytes: 1.25 * MiB })));
+    const r = await deploy([url]);
+    expect(r.command_error).toBeNull();
+    await expectImageOnDisk();
+    expect(s.requests.map((q) => q.status)).toEqual([200, 206, 206, 206, 206]);
+  });
+
+  it('starts over from byte zero when every resume fails, and a plain request still works', async () => {
+    const s = await server();
+    const url = s.serve('img', image);
+    s.fault('img', { kind: 'close-after', bytes: 1 * MiB }, { kind: 'status', code: 503 }, { kind: 'status', code: 503 });
+    const r = await deploy([url]);
+    expect(r.command_error).toBeNull();
+    await expectImageOnDisk();
+    expect(s.requests.map((q) => [q.range ? 'range' : 'full', q.status])).toEqual([['full', 200], ['range', 503], ['range', 503], ['full', 200]]);
   });
 
   it('fails a truncated body that never completes, and reports no success', async () => {
@@ -170,14 +201,23 @@ describe('image download faults', () => {
   it('waits as long as a 429 or 503 asks with Retry-After before the next attempt', async () => {
     const s = await server();
     const url = s.serve('img', image);
-    s.fault('img', { kind: 'status', code: 429, headers: { 'retry-after': '1' } }, { kind: 'status', code: 503, headers: { 'retry-after': 'soon' } });
-    const r = await deploy([url]);
+    // Whole seconds, and read one pause later: still more than a second ahead then.
+    const later = new Date(Date.now() + 3500).toUTCString();
+    s.fault(
+      'img',
+      { kind: 'status', code: 429, headers: { 'retry-after': '1' } },
+      { kind: 'status', code: 503, headers: { 'retry-after': later } },
+      { kind: 'status', code: 503, headers: { 'retry-after': 'soon' } },
+    );
+    const r = await deploy([url], {}, { 'ipa-image-download-connection-retries': '3' });
     expect(r.command_error).toBeNull();
-    expect(s.requests.map((q) => q.status)).toEqual([429, 503, 200]);
-    // The helper's retry interval is 50 ms: the first pause is the server's second; an unreadable Retry-After is ignored.
-    const [a, b, c] = s.requests.map((q) => q.at);
+    expect(s.requests.map((q) => q.status)).toEqual([429, 503, 503, 200]);
+    // The retry interval is 50 ms: the first pause is the server's second, the next lasts until its date, and an
+    // unreadable Retry-After is ignored.
+    const [a, b, c, d] = s.requests.map((q) => q.at);
     expect(b! - a!).toBeGreaterThanOrEqual(950);
-    expect(c! - b!).toBeLessThan(5000);
+    expect(c! - b!).toBeGreaterThanOrEqual(950);
+    expect(d! - c!).toBeLessThan(5000);
   });
 
   it('stops after retries + 1 requests per URL when every answer is an error, instead of starting the round again', async () => {

@@ -126,10 +126,16 @@ describe('refused before the device is written', () => {
     // tmpfs allocates nothing up front, so its size may exceed the machine's memory.
     await withTmpfs(`${Math.ceil((available * 2) / MiB)}m`, ctx, async (dir) => {
       const declared = available + 1024 * MiB;
-      let sent = 0;
+      // Sends body bytes until the agent hangs up, which it must do as soon as it has the length.
+      let hungUp!: () => void;
+      const closed = new Promise<void>((resolve) => (hungUp = resolve));
       const liar = createServer((_req, res) => {
         res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': declared });
-        res.write(Buffer.alloc(64 * 1024), () => (sent += 64 * 1024));
+        const more = setInterval(() => res.write(Buffer.alloc(64 * 1024)), 20);
+        res.on('close', () => {
+          clearInterval(more);
+          hungUp();
+        });
       });
       await new Promise<void>((resolve) => liar.listen(0, '127.0.0.1', resolve));
       const agent = await startImageAgent(loop.path, { 'ipa-image-buffer-dir': dir });
@@ -138,7 +144,8 @@ describe('refused before the device is written', () => {
           image_info: { id: 'huge', urls: [`http://127.0.0.1:${(liar.address() as AddressInfo).port}/huge.qcow2`], disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: 'a'.repeat(64) },
         });
         await expectRefused(r, 'ImageDownloadOutofSpaceError', new RegExp(`the image \\(${declared} bytes\\) does not fit in the buffer: .* \\(RAM-backed: the lesser of its free space and free memory\\)`));
-        expect(sent).toBeLessThanOrEqual(64 * 1024);
+        const waited = await Promise.race([closed.then(() => 'closed'), new Promise((resolve) => setTimeout(resolve, 5000, 'still open'))]);
+        expect(waited).toBe('closed');
       } finally {
         await agent.close();
         liar.closeAllConnections();

@@ -39,8 +39,10 @@ describe('parseImageInfo', () => {
     const md5Off = { md5Enabled: false };
     const md5 = 'b'.repeat(32);
     const refusal = (details: RegExp) => expect.objectContaining({ name: 'InvalidCommandParamsError', details: expect.stringMatching(details) });
-    expect(() => parseImageInfo({ ...base, checksum: md5 }, md5Off)).toThrow(refusal(/^Image checksum is not available/));
-    expect(() => parseImageInfo({ ...base, os_hash_algo: 'md5', os_hash_value: md5 }, md5Off)).toThrow(refusal(/MD5 checksums are disabled/));
+    expect(() => parseImageInfo({ ...base, checksum: md5 }, md5Off)).toThrow(refusal(/^Image checksum is not available.* MD5 checksums are disabled/));
+    expect(() => parseImageInfo({ ...base, os_hash_algo: 'md5', os_hash_value: md5 }, md5Off)).toThrow(refusal(/^Image checksum is not available.* MD5 checksums are disabled/));
+    expect(() => parseImageInfo({ ...base, os_hash_algo: 'md5', os_hash_value: H64, checksum: md5 }, md5Off)).toThrow(refusal(/MD5 checksums are disabled/));
+    expect(() => parseImageInfo(base, md5Off)).toThrow(refusal(/for image verification\.$/));
     expect(parseImageInfo({ ...base, os_hash_algo: 'md5', os_hash_value: md5, checksum: H64 }, md5Off).checksum).toEqual({ value: H64, isUrl: false, field: 'checksum' });
     expect(parseImageInfo({ ...base, checksum: 'http://h/MD5SUMS' }, md5Off).checksum).toMatchObject({ isUrl: true });
     expect(parseImageInfo({ ...base, checksum: md5 }, md5On).checksum).toEqual({ value: md5, isUrl: false, field: 'checksum' });
@@ -127,6 +129,7 @@ describe('no_proxy', () => {
     ['http://[fe80::5]/x', 'fd00::/8', false],
     ['http://10.1.2.3/x', '::/0', false],
     ['http://img.example.org/x', '10.0.0.0/8', false],
+    ['http://[fd00::5]/x', '[fd00::]/8', true],
   ])('%s with %s', (url, noProxy, bypass) => {
     expect(bypassesProxy(new URL(url), noProxy)).toBe(bypass);
   });
@@ -203,6 +206,13 @@ describe('inspectImage over real images', () => {
     expect(withDescriptor(descriptor.replace(/^(RW .*)$/m, '$1\nRW 8192 SPARSE "other.vmdk"'))).toMatch(/extents other than one sparse extent/);
     expect(withDescriptor(descriptor.replace('monolithicSparse', 'twoGbMaxExtentSparse'))).toMatch(/create type twoGbMaxExtentSparse/);
     expect(withDescriptor(descriptor.replace(/^parentCID=.*$/m, 'parentCID=1234abcd\nparentFileNameHint="base.vmdk"'))).toMatch(/parent disk/);
+    expect(withDescriptor(descriptor.replace('ddb.adapterType', '  parentFileNameHint="base.vmdk"\nddb.adapterType'))).toMatch(/parent disk/);
+    // A decoy descriptor elsewhere, or none declared: qemu reads sector 1 all the same.
+    for (const sector of [0n, 2n]) {
+      const moved = Buffer.from(sparse);
+      moved.writeBigUInt64LE(sector, 28);
+      expect(inspectImage(moved).unsafe.join()).toMatch(new RegExp(`descriptor at sector ${sector} `));
+    }
   });
 
   it('a compressed image is not mistaken for a container', async () => {

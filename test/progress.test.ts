@@ -74,6 +74,14 @@ describe('ProgressMeter', () => {
     const count = reports.length;
     vi.advanceTimersByTime(10_000);
     expect(reports.length).toBe(count);
+
+    // A phase that counts no bytes stays quiet between its start and end lines.
+    const quiet = meter();
+    quiet.m.start('verify', null);
+    vi.advanceTimersByTime(10_000);
+    expect(quiet.reports).toHaveLength(1);
+    expect(quiet.records().map((r) => r.msg)).toEqual(['image verify started']);
+    quiet.m.finish();
   });
 
   it('logs nothing on finish when no phase ran', () => {

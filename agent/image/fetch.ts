@@ -15,8 +15,8 @@ import { shownUrl, splitCredentials } from './url-credentials.ts';
 export class ImageDownloadFatalError extends ImageDownloadError {}
 
 /**
- * Every URL, or every resume, has used up its retries. Starting the whole transfer again would only repeat
- * them, (retries + 1)² requests in all; the wire type stays IPA's ImageDownloadError.
+ * Every URL has used up its retries. Starting the whole transfer again would only repeat them, (retries + 1)²
+ * requests in all; the wire type stays IPA's ImageDownloadError.
  */
 export class RetriesSpentError extends ImageDownloadError {
   constructor(details: string) {
@@ -49,6 +49,8 @@ type Response = Dispatcher.ResponseData;
 const MAX_ERROR_BODY = 300;
 /** The longest pause a server's Retry-After may impose between two attempts. */
 const MAX_RETRY_AFTER_MS = 60_000;
+/** Bytes a resumed answer must deliver before a later break gets a fresh budget of resume attempts. */
+const RESUME_PROGRESS = 1024 * 1024;
 
 function header(res: Response, name: string): string | undefined {
   const v = res.headers[name];
@@ -64,13 +66,23 @@ function retryAfterMs(res: Response): number {
   return Number.isFinite(ms) ? Math.min(Math.max(0, ms), MAX_RETRY_AFTER_MS) : 0;
 }
 
+/** The start of an unwanted answer's body, for the error message; the rest (a whole image, maybe) is never read. */
 async function drain(res: Response): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
   try {
-    const text = await res.body.text();
-    return text.length > MAX_ERROR_BODY ? `${text.slice(0, MAX_ERROR_BODY)}…` : text;
+    for await (const chunk of res.body) {
+      chunks.push(chunk as Buffer);
+      size += (chunk as Buffer).length;
+      if (size > MAX_ERROR_BODY) break;
+    }
   } catch {
     return '';
+  } finally {
+    res.body.destroy();
   }
+  const text = Buffer.concat(chunks).toString('utf8');
+  return text.length > MAX_ERROR_BODY ? `${text.slice(0, MAX_ERROR_BODY)}…` : text;
 }
 
 /**
@@ -85,8 +97,9 @@ function entityChange(first: Response, partial: Response, total: string, totalBy
     const now = header(partial, name);
     if (before !== undefined && now !== undefined && before !== now) return `${name} ${now}, was ${before}`;
   }
-  // RFC 9110 has a 206 repeat the ETag a 200 would carry; one that drops it cannot be matched.
-  if (header(first, 'etag') !== undefined && header(partial, 'etag') === undefined) return 'the partial answer carries no etag';
+  // RFC 9110 has a 206 repeat the ETag a 200 would carry; one that drops a strong ETag cannot be matched.
+  const etag = header(first, 'etag');
+  if (etag !== undefined && !etag.startsWith('W/') && header(partial, 'etag') === undefined) return 'the partial answer carries no etag';
   return null;
 }
 
@@ -99,6 +112,12 @@ export class ImageFetcher {
     private readonly policy: FetchPolicy,
   ) {
     if (policy.deadline > 0) this.signal = AbortSignal.timeout(Math.max(1, policy.deadline - Date.now()));
+  }
+
+  /** Sleeps between attempts, never past the overall deadline. */
+  private async pause(ms: number): Promise<void> {
+    const left = this.policy.deadline > 0 ? Math.max(0, this.policy.deadline - Date.now()) : ms;
+    await sleep(Math.min(ms, left));
   }
 
   private checkDeadline(): void {
@@ -126,7 +145,7 @@ export class ImageFetcher {
       const shown = shownUrl(url);
       let asked = 0;
       for (let attempt = 0; attempt <= this.policy.retries; attempt++) {
-        if (attempt > 0) await sleep(Math.max(this.policy.retryIntervalMs, asked));
+        if (attempt > 0) await this.pause(Math.max(this.policy.retryIntervalMs, asked));
         asked = 0;
         this.checkDeadline();
         let res: Response;
@@ -193,11 +212,14 @@ export class ImageFetcher {
     let res = first;
     let offset = 0;
     let breaks = 0;
+    let resumedAt = 0;
     for (;;) {
       try {
         for await (const chunk of res.body) {
           this.checkDeadline();
           offset += (chunk as Buffer).length;
+          // Counted per stretch of trouble, so that a long transfer over a link that drops now and then goes on.
+          if (breaks > 0 && offset - resumedAt >= RESUME_PROGRESS) breaks = 0;
           yield chunk as Buffer;
         }
         if (totalBytes !== undefined && offset !== totalBytes) {
@@ -212,19 +234,23 @@ export class ImageFetcher {
         if (!resumable) throw new ImageDownloadError(`${why}; the server does not support resuming`);
         this.policy.log.warn({ url: shownUrl(url), offset, err: errorText(err) }, 'image download broke, resuming');
         ({ res, breaks } = await this.resume(url, first, totalBytes!, offset, validator!, why, breaks));
+        resumedAt = offset;
       }
     }
   }
 
   /**
-   * A 206 continuing at `offset` of the same entity. Transport errors and 5xx count as further breaks;
-   * any other answer (the entity changed, ranges refused) is a retryable error to start over.
+   * A 206 continuing at `offset` of the same entity. Transport errors, 408, 429 and 5xx count as further breaks;
+   * any other answer (the entity changed, ranges refused), or too many breaks, is a retryable error to start
+   * over: a server or proxy that fails Range requests may still serve the whole image.
    */
   private async resume(url: string, first: Response, totalBytes: number, offset: number, validator: string, why: string, breaks: number): Promise<{ res: Response; breaks: number }> {
+    let asked = 0;
     for (;;) {
       this.checkDeadline();
-      if (++breaks > this.policy.retries) throw new RetriesSpentError(`${why}; gave up after ${breaks - 1} resume attempts`);
-      await sleep(this.policy.retryIntervalMs);
+      if (++breaks > this.policy.retries) throw new ImageDownloadError(`${why}; gave up after ${breaks - 1} resume attempts, starting over`);
+      await this.pause(Math.max(this.policy.retryIntervalMs, asked));
+      asked = 0;
       this.checkDeadline();
       let res: Response;
       try {
@@ -233,7 +259,7 @@ export class ImageFetcher {
         this.policy.log.warn({ url: shownUrl(url), offset, err: errorText(err) }, 'resume request failed');
         continue;
       }
-      const range = /^bytes (\d+)-\d+\/(\d+|\*)$/.exec(header(res, 'content-range') ?? '');
+      const range = /^bytes (\d+)-\d+\/(\d+|\*)$/i.exec(header(res, 'content-range') ?? '');
       if (res.statusCode === 206 && range && Number(range[1]) === offset) {
         const changed = entityChange(first, res, range[2]!, totalBytes);
         if (!changed) return { res, breaks };
@@ -241,7 +267,10 @@ export class ImageFetcher {
         throw new ImageDownloadError(`${why}; the image on the server changed (${changed}), starting over`);
       }
       await drain(res);
-      if (res.statusCode >= 500) continue;
+      if (res.statusCode >= 500 || res.statusCode === 408 || res.statusCode === 429) {
+        asked = retryAfterMs(res);
+        continue;
+      }
       throw new ImageDownloadError(`${why}; the server answered the resume with status ${res.statusCode}, starting over`);
     }
   }

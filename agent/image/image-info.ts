@@ -49,7 +49,10 @@ export interface ImageInfoPolicy {
   md5Enabled: boolean;
 }
 
-const MD5_DISABLED = 'MD5 checksums are disabled on this agent (ipa-md5-enabled=false); use sha256 or sha512';
+const NOT_AVAILABLE =
+  "Image checksum is not available, either the 'checksum' field or the 'os_hash_algo' and 'os_hash_value' " +
+  'fields pair must be set for image verification.';
+const MD5_DISABLED = 'MD5 checksums are disabled on this agent (ipa-md5-enabled=false); use sha256 or sha512.';
 
 /**
  * As IPA validates: a literal `checksum` of 32 characters or fewer counts as md5, usable only when md5 is
@@ -66,23 +69,20 @@ function parseChecksum(info: Record<string, unknown>, policy: ImageInfoPolicy): 
   }
   if (algoName && hashValue) {
     const algo = hashAlgoFor(algoName.trim().toLowerCase());
-    if (algo === 'md5' && !policy.md5Enabled) {
-      if (!legacy) throw bad(MD5_DISABLED);
-    } else if (algo) {
+    if (algo && (algo !== 'md5' || policy.md5Enabled)) {
       const value = hashValue.trim();
       return { algo, value, isUrl: isHttpUrl(value), field: 'os_hash_value' };
     }
-    if (!legacy) throw bad(`Unsupported os_hash_algo '${algoName}' and no 'checksum' to fall back on`);
+    if (!legacy && !algo) throw bad(`Unsupported os_hash_algo '${algoName}' and no 'checksum' to fall back on`);
   }
   if (legacy) {
     const value = legacy.trim();
     const isUrl = isHttpUrl(value);
     if (isUrl || value.length > 32 || policy.md5Enabled) return { value, isUrl, field: 'checksum' };
   }
-  throw bad(
-    "Image checksum is not available, either the 'checksum' field or the 'os_hash_algo' and 'os_hash_value' " +
-      'fields pair must be set for image verification.',
-  );
+  // IPA's words, and the reason when an md5 was offered.
+  const md5Offered = legacy !== undefined || algoName?.trim().toLowerCase() === 'md5';
+  throw bad(md5Offered && !policy.md5Enabled ? `${NOT_AVAILABLE} ${MD5_DISABLED}` : NOT_AVAILABLE);
 }
 
 function parseProxies(info: Record<string, unknown>): ImageInfo['proxies'] {

@@ -76,22 +76,30 @@ function vmdkDescriptorProblems(text: string): string[] {
   if (extents.length !== 1 || !/^\S+\s+\d+\s+SPARSE(\s|$)/.test(extents[0]!)) {
     problems.push(`vmdk extents other than one sparse extent: ${extents.join('; ') || '(none)'}`);
   }
-  const parent = /^parentCID\s*=\s*(\S+)/m.exec(text)?.[1];
-  if ((parent !== undefined && parent.toLowerCase() !== 'ffffffff') || /^parentFileNameHint/m.test(text)) {
+  // qemu finds the parent's name anywhere in the text, not only at the start of a line.
+  const parent = /^\s*parentCID\s*=\s*(\S+)/m.exec(text)?.[1];
+  if ((parent !== undefined && parent.toLowerCase() !== 'ffffffff') || text.includes('parentFileNameHint')) {
     problems.push('vmdk image has a parent disk');
   }
   return problems;
 }
 
+/** Where qemu reads a sparse vmdk's descriptor, whatever the header says: the sector after the header. */
+const VMDK_DESCRIPTOR_SECTOR = 1;
+
 function inspectVmdk(head: Buffer): ImageInspection {
   if (!has(head, 0, 'KDMV')) return { format: 'vmdk', unsafe: ['vmdk descriptor files reference other files'] };
   if (head.length < 44) return { format: 'vmdk', unsafe: ['vmdk header is truncated'] };
   const virtualSize = Number(head.readBigUInt64LE(12)) * 512;
-  const start = Number(head.readBigUInt64LE(28)) * 512;
-  const end = start + Number(head.readBigUInt64LE(36)) * 512;
-  if (start === 0) return { format: 'vmdk', virtualSize, unsafe: [] };
+  const sector = Number(head.readBigUInt64LE(28));
+  const sectors = Number(head.readBigUInt64LE(36));
+  // A header pointing elsewhere could show this check a harmless text while qemu reads another.
+  if (sector !== VMDK_DESCRIPTOR_SECTOR || sectors === 0) {
+    return { format: 'vmdk', virtualSize, unsafe: [`vmdk descriptor at sector ${sector} (${sectors} sectors), not where qemu reads it`] };
+  }
+  const end = (sector + sectors) * 512;
   if (end > head.length) return { format: 'vmdk', virtualSize, unsafe: ['vmdk descriptor lies beyond the inspected header'] };
-  const text = head.toString('latin1', start, end).replace(/\0+$/, '');
+  const text = head.toString('latin1', sector * 512, end).replace(/\0+$/, '');
   return { format: 'vmdk', virtualSize, unsafe: vmdkDescriptorProblems(text) };
 }
 

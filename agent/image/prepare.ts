@@ -68,7 +68,8 @@ async function deployImage(ctx: CommandContext, req: PrepareRequest, services: C
 
   meter.start('device', null);
   const device = await chooseRootDevice(ctx, req.hints);
-  // From here the disk changes; the UUIDs of the image before are no longer on it, even if this write fails.
+  // A write that fails may already have changed the disk, so the UUIDs of the image before cannot be trusted;
+  // one that fails before writing (a 404, a refusal) forgets them too, which costs nothing.
   lastUuids.delete(ctx.state);
   const written = await writeImage({ services, info, device, meter });
   log.info({ device: device.path, path: written.path, bytes: written.bytes }, 'image written');

@@ -67,14 +67,18 @@ export class ImageServer {
     return `${this.base}/${name}`;
   }
 
-  /** Serves `data` as `name`; serving a name again is a new version of the file, with new validators. */
-  serve(name: string, data: Buffer | string): string {
+  /**
+   * Serves `data` as `name`; serving a name again is a new version of the file, with new validators, unless
+   * `sameValidators` keeps the old ones (a server that changes a file without saying so).
+   */
+  serve(name: string, data: Buffer | string, { sameValidators = false } = {}): string {
     const version = ++this.versions;
+    const before = sameValidators ? this.files.get(name) : undefined;
     this.files.set(name, {
       data: Buffer.from(data),
       size: Buffer.byteLength(data),
-      etag: `"${name}-${version}"`,
-      lastModified: new Date(Date.UTC(2026, 0, 1, 0, 0, version)).toUTCString(),
+      etag: before?.etag ?? `"${name}-${version}"`,
+      lastModified: before?.lastModified ?? new Date(Date.UTC(2026, 0, 1, 0, 0, version)).toUTCString(),
       faults: [],
     });
     return this.url(name);
