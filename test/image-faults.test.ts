@@ -156,6 +156,26 @@ describe('image download faults', () => {
     expect(s.requests.map((q) => [q.range ? 'range' : 'full', q.status])).toEqual([['full', 200], ['range', 503], ['range', 503], ['full', 200]]);
   });
 
+  for (const stream of [true, false]) {
+    it(`downloads again after bytes damaged on the way fail the checksum (${stream ? 'streamed' : 'buffered'})`, async () => {
+      const s = await server();
+      const url = s.serve('img', image);
+      s.fault('img', { kind: 'corrupt', at: 3 * MiB });
+      const r = await deploy([url], { stream_raw_images: stream });
+      expect(r.command_error).toBeNull();
+      await expectImageOnDisk();
+      expect(s.requests.map((q) => q.status)).toEqual([200, 200]);
+    });
+  }
+
+  it('downloads a second time when the checksum is wrong, and not a third once the same bytes came twice', async () => {
+    const s = await server();
+    const url = s.serve('img', image);
+    const r = await deploy([url], { os_hash_value: 'ab'.repeat(32) }, { 'ipa-image-download-connection-retries': '5' });
+    expect(r.command_error).toMatchObject({ type: 'ImageChecksumError', details: expect.stringContaining(`verification checksum: ${digest}`) });
+    expect(s.requests.length).toBe(2);
+  });
+
   it('fails a truncated body that never completes, and reports no success', async () => {
     const s = await server({ ranges: false });
     const url = s.serve('img', image);

@@ -91,10 +91,22 @@ export function expectedDigest(declared: ImageHashAlgo | undefined, digest: stri
   return { algo, digest: value };
 }
 
+/** The downloaded bytes are not the image the checksum names; `actual` tells one wrong download from another. */
+export class ChecksumMismatch extends ImageChecksumError {
+  constructor(
+    details: string,
+    readonly actual: string,
+  ) {
+    super(details);
+    this.name = ImageChecksumError.name;
+  }
+}
+
 export function verifyDigest(expected: ExpectedDigest, actual: string, imageId: string, location: string): void {
   if (actual.toLowerCase() === expected.digest) return;
-  throw new ImageChecksumError(
+  throw new ChecksumMismatch(
     `Image failed to verify against checksum. location: ${location}; image ID: ${imageId}; ` +
       `image checksum: ${expected.digest}; verification checksum: ${actual} (${expected.algo})`,
+    actual.toLowerCase(),
   );
 }

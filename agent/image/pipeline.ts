@@ -17,7 +17,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { AgentServices } from '../commands/types.ts';
 import { ImageChecksumError, ImageDownloadError, InvalidImage, errorText } from '../errors.ts';
 import { bufferBudget, bufferPath, ImageDownloadOutofSpaceError } from './buffer.ts';
-import { expectedDigest, imageFileNames, parseChecksumFile, verifyDigest, type ExpectedDigest } from './checksum.ts';
+import { ChecksumMismatch, expectedDigest, imageFileNames, parseChecksumFile, verifyDigest, type ExpectedDigest } from './checksum.ts';
 import { convertToDevice } from './convert.ts';
 import { HashWorker } from './hash-worker.ts';
 import { sniffCompression, type Compression } from './decompress.ts';
@@ -46,8 +46,17 @@ export interface PipelineJob {
   meter: ProgressMeter;
 }
 
-/** Errors a fresh attempt from byte zero may fix: broken transfers that did not already use up their retries. */
-function retryable(err: unknown): boolean {
+/**
+ * Errors a fresh attempt from byte zero may fix: broken transfers that did not already use up their retries,
+ * and a checksum mismatch whose digest is new (bytes damaged on the way). The same wrong digest twice means the
+ * server serves exactly those bytes; IPA downloads again on every mismatch, as many times as it has retries.
+ */
+function retryable(err: unknown, wrongDigests: Set<string>): boolean {
+  if (err instanceof ChecksumMismatch) {
+    const fresh = !wrongDigests.has(err.actual);
+    wrongDigests.add(err.actual);
+    return fresh;
+  }
   return (
     err instanceof ImageDownloadError &&
     !(err instanceof ImageDownloadFatalError) &&
@@ -79,12 +88,13 @@ export async function writeImage(job: PipelineJob): Promise<{ path: 'stream' | '
   try {
     if (job.info.checksum.isUrl) job.meter.start('checksum', null);
     const expected = await expectedChecksum(job.info, fetcher, config.image.md5Enabled);
+    const wrongDigests = new Set<string>();
     for (let attempt = 0; ; attempt++) {
       try {
         const bytes = stream ? await streamOnce(job, fetcher, expected) : await bufferOnce(job, fetcher, expected);
         return { path: stream ? 'stream' : 'buffer', bytes };
       } catch (err) {
-        if (!retryable(err) || attempt >= config.image.retries) throw err;
+        if (!retryable(err, wrongDigests) || attempt >= config.image.retries) throw err;
         log.warn({ attempt, err: errorText(err) }, 'image transfer failed, starting again from byte zero');
         await sleep(config.image.retryIntervalS * 1000);
       }

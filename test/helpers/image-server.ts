@@ -13,6 +13,8 @@ export type Fault =
   | { kind: 'close-after'; bytes: number; then?: () => void }
   /** Send this many bytes of the body, then send nothing more (until the server closes). */
   | { kind: 'stall-after'; bytes: number }
+  /** Send the whole body with the byte at this offset damaged, as a faulty link or cache might. */
+  | { kind: 'corrupt'; at: number }
   /** Answer with this status (and these headers) instead of the file. */
   | { kind: 'status'; code: number; headers?: Record<string, string> };
 
@@ -138,6 +140,11 @@ export class ImageServer {
       return;
     }
     const body = entry.data!.subarray(start);
+    if (fault?.kind === 'corrupt') {
+      const damaged = Buffer.from(body);
+      damaged[fault.at] = damaged[fault.at]! ^ 0xff;
+      return void res.end(damaged);
+    }
     if (!fault) return void res.end(body);
     res.write(body.subarray(0, fault.bytes), () => {
       if (fault.kind !== 'close-after') return;

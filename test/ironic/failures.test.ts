@@ -19,7 +19,7 @@ const chain = new StepChain();
 beforeAll(async () => {
   rig = await phase(S, 'start Ironic + agent, enroll', () =>
     createRig('ina-failures', {
-      // a checksum mismatch is retried like a broken download: keep the retries few and quick
+      // a checksum mismatch downloads the image a second time: keep the retries few and quick
       agentFlags: { 'ipa-image-download-connection-retries': '1', 'ipa-image-download-connection-retry-interval': '0' },
     }),
   );
