@@ -12,13 +12,18 @@ export class AgentError extends Error {
   /** The class-level summary IPA puts in `message`; `details` says what happened this time. */
   static summary = 'An error occurred';
   static httpCode = 500;
+  /**
+   * For a class the agent uses only to steer its own handling (retry or not, which message): the IPA type the
+   * wire shows in its place. Unset, the class's own name is the wire type.
+   */
+  static wireType?: string;
   readonly details: string;
 
   constructor(details?: string) {
     const ctor = new.target as typeof AgentError;
     super(details ?? ctor.summary);
     this.details = details ?? ctor.summary;
-    this.name = ctor.name;
+    this.name = ctor.wireType ?? ctor.name;
   }
 
   get code(): number {

@@ -25,10 +25,7 @@ const SECTOR_ALIGN = 4096;
 
 /** The image does not fit its target; on the wire it is an ImageWriteError like any other write failure. */
 export class TooLargeError extends ImageWriteError {
-  constructor(details: string) {
-    super(details);
-    this.name = 'ImageWriteError';
-  }
+  static override wireType = ImageWriteError.name;
 }
 
 // Node has the global, but this project's TypeScript libs (no DOM) do not declare it.

@@ -93,12 +93,13 @@ export function expectedDigest(declared: ImageHashAlgo | undefined, digest: stri
 
 /** The downloaded bytes are not the image the checksum names; `actual` tells one wrong download from another. */
 export class ChecksumMismatch extends ImageChecksumError {
+  static override wireType = ImageChecksumError.name;
+
   constructor(
     details: string,
     readonly actual: string,
   ) {
     super(details);
-    this.name = ImageChecksumError.name;
   }
 }
 

@@ -19,10 +19,7 @@ export class ImageDownloadFatalError extends ImageDownloadError {}
  * requests in all; the wire type stays IPA's ImageDownloadError.
  */
 export class RetriesSpentError extends ImageDownloadError {
-  constructor(details: string) {
-    super(details);
-    this.name = ImageDownloadError.name;
-  }
+  static override wireType = ImageDownloadError.name;
 }
 
 export interface FetchPolicy {
