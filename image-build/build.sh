@@ -23,7 +23,9 @@ mkdir -p "$out" "$work"
 echo "build.sh: fetching Debian packages" >&2
 bash "$here/fetch-debs.sh" > "$work/debs.txt"
 echo "build.sh: fetching Node" >&2
-read -r node_version node_dist < <(bash "$here/fetch-node.sh")
+read -r node_version node_dist < <(bash "$repo/scripts/node.sh" --where)
+# The bundles are built, smoke-tested and assembled by the Node they will ship with.
+PATH="$(dirname "$node_dist"):$PATH"
 # The official binary carries its symbol table (12 MB); the dynamic symbols addons link against stay.
 node_bin="$work/node"
 strip --strip-unneeded -o "$node_bin" "$node_dist"
@@ -33,7 +35,7 @@ agent_version=$(node -p 'require(process.argv[1]).version' "$repo/package.json")
 rm -rf "$work/bundles" && mkdir -p "$work/bundles"
 banner="import { createRequire as __inaRequire } from 'node:module'; const require = __inaRequire(import.meta.url);"
 for entry in agent/main.ts:agent.mjs agent/console/main.ts:console.mjs; do
-  (cd "$repo" && npx --no-install esbuild "${entry%%:*}" --bundle --platform=node --format=esm --target=node20 \
+  (cd "$repo" && npx --no-install esbuild "${entry%%:*}" --bundle --platform=node --format=esm --target=node24 \
     --define:__AGENT_VERSION__="\"$agent_version\"" --banner:js="$banner" --legal-comments=none \
     --log-level=warning --outfile="$work/bundles/${entry##*:}")
 done

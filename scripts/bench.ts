@@ -109,7 +109,7 @@ async function cpuTime(pid: number): Promise<number> {
 /** The agent as the ramdisk ships it: one esbuild bundle run by plain node (no TypeScript loader). */
 async function bundleAgent(out: string): Promise<void> {
   const banner = "import { createRequire as __inaRequire } from 'node:module'; const require = __inaRequire(import.meta.url);";
-  await execa('npx', ['--no-install', 'esbuild', 'agent/main.ts', '--bundle', '--platform=node', '--format=esm', '--target=node20',
+  await execa('npx', ['--no-install', 'esbuild', 'agent/main.ts', '--bundle', '--platform=node', '--format=esm', '--target=node24',
     '--define:__AGENT_VERSION__="bench"', `--banner:js=${banner}`, '--log-level=warning', `--outfile=${out}`], { cwd: root });
 }
 
@@ -127,7 +127,7 @@ let launch: { flags: string[]; env: Record<string, string> } = { flags: [], env:
 
 /** One deploy by a fresh agent process; returns its time, its phases and the process's peak RSS. */
 async function agentDeploy(device: string, bufferDir: string, imageInfo: Record<string, unknown>): Promise<AgentRun> {
-  const child = execa('node', [...launch.flags, agentBundle, '--standalone', '--kernel-cmdline=/dev/null',
+  const child = execa(process.execPath, [...launch.flags, agentBundle, '--standalone', '--kernel-cmdline=/dev/null',
     '--ipa-listen-host=127.0.0.1', '--ipa-listen-port=0', `--device-allowlist=${device}`, `--ipa-image-buffer-dir=${bufferDir}`],
   { cwd: root, reject: false, buffer: false, env: launch.env });
   // Filled as the log comes; complete once the process has exited and its output has been read (finally).

