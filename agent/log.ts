@@ -1,6 +1,5 @@
 // One logger for the agent (pino). Lines go to stdout, to an optional file, and into a ring buffer
 // that the serial console and `log.collect_system_logs` read, so logs exist even with no disk.
-import { createWriteStream } from 'node:fs';
 import { Writable } from 'node:stream';
 import pino, { type Logger } from 'pino';
 
@@ -29,12 +28,23 @@ export class LogRing extends Writable {
 
 export const logRing = new LogRing();
 
+/** Log files written in the background; a dying process flushes them itself (flushLogsSync). */
+const files: ReturnType<typeof pino.destination>[] = [];
+
 export function createLogger(opts: { debug: boolean; file?: string; quiet?: boolean }): Logger {
   const level = opts.debug ? 'debug' : 'info';
   const streams: pino.StreamEntry[] = [{ level, stream: logRing }];
   if (!opts.quiet) streams.push({ level, stream: process.stdout });
-  if (opts.file) streams.push({ level, stream: createWriteStream(opts.file, { flags: 'a' }) });
+  if (opts.file) {
+    const file = pino.destination({ dest: opts.file, append: true, sync: false });
+    files.push(file);
+    streams.push({ level, stream: file });
+  }
   return pino({ level, base: { svc: 'ironic-node-agent' } }, pino.multistream(streams));
+}
+
+export function flushLogsSync(): void {
+  for (const file of files) file.flushSync();
 }
 
 /** A silent logger for unit tests of modules that take one. */

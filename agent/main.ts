@@ -6,6 +6,7 @@ import { ConfigError } from './config/reader.ts';
 import { ConductorLink } from './conductor/link.ts';
 import { FlagSyntaxError } from './config/sources.ts';
 import { createLogger, type Logger } from './log.ts';
+import { installLastWords, previousCrash, restartLine } from './last-words.ts';
 import { mirrorStatus } from './status-file.ts';
 
 function readConfig(): Config {
@@ -35,7 +36,20 @@ async function main(): Promise<void> {
   const log = createLogger({ debug: config.debug, file: config.logFile });
   const agent = createAgent(config, log);
   const { state } = agent.services;
-  if (config.statusFile) mirrorStatus(config.statusFile, state, agent.executor);
+  installLastWords({ log, state, executor: agent.executor, statusFile: config.statusFile });
+  if (config.statusFile) {
+    // Read before the mirror overwrites it: the previous run may have left its last words there.
+    const previous = previousCrash(config.statusFile);
+    if (previous) {
+      const { crash, token } = previous;
+      // Lookup answers "******" for a token already handed out; the held one keeps the conductor link working.
+      if (token && !state.agentToken) state.setToken(token);
+      state.update({ restartedAfter: crash });
+      process.stderr.write(`ironic-node-agent: ${restartLine(crash)}\n`);
+      log.warn({ crash }, restartLine(crash));
+    }
+    mirrorStatus(config.statusFile, state, agent.executor);
+  }
 
   if (config.standalone) {
     agent.services.host.on('simulated-restart', (action) => {

@@ -1,6 +1,7 @@
 // What the agent knows about itself at run time, shared by the API, the conductor link and the
 // console. It changes through `update`, which tells listeners (the console redraws on it).
 import { EventEmitter } from 'node:events';
+import type { CrashReport } from './last-words.ts';
 
 export interface HeartbeatInfo {
   at: number;
@@ -25,6 +26,8 @@ export interface AgentStatus {
   callbackUrl?: string;
   lastHeartbeat?: HeartbeatInfo;
   phase: string;
+  /** This run follows a crash of the previous one (its record from the status file). */
+  restartedAfter?: CrashReport;
 }
 
 export class AgentState extends EventEmitter {

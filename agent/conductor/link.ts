@@ -14,6 +14,7 @@ import { advertiseHost, callbackUrl } from './advertise.ts';
 import { generateCertificate, generateKeys, type AgentKeys } from './auto-tls.ts';
 import { LookupNodeError, NoNetworkError } from './errors.ts';
 import { Heartbeater, type BeatEvent, type HeartbeatTarget } from './heartbeat.ts';
+import { restartLine } from '../last-words.ts';
 import { IronicApi } from './ironic-api.ts';
 import { lookupNode, type LookupResult } from './lookup.ts';
 import type { LookupConfig } from './lookup-reply.ts';
@@ -196,7 +197,8 @@ export class ConductorLink {
       {
         macs: boot.macs!,
         version: boot.version!,
-        heldToken: this.config.token.agentToken ?? null,
+        // The configured token, or one carried over a crash (main.ts); reset to the configured one on every new boot.
+        heldToken: this.state.agentToken,
         timeoutS: this.config.lookup.timeoutS,
         intervalS: this.config.lookup.intervalS,
       },
@@ -220,6 +222,11 @@ export class ConductorLink {
     const hb = new Heartbeater(boot.target!, { api: this.api, clock: this.clock, random: this.random, log: this.log });
     boot.heartbeater = hb;
     hb.on('beat', (e: BeatEvent) => {
+      // The conductor's operator reads the agent's log through it: the first beat says this run follows a crash.
+      const crash = this.state.status.restartedAfter;
+      if (crash && !this.state.status.lastHeartbeat) {
+        this.log.warn({ status: e.status, ok: e.ok, crash }, `first heartbeat, ${restartLine(crash)}`);
+      }
       this.state.update({
         lastHeartbeat: { at: e.at / 1000, ok: e.ok, status: e.status !== undefined ? String(e.status) : (e.reason ?? 'no answer') },
         conductorUrl: this.api.current,
