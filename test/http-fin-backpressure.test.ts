@@ -53,7 +53,10 @@ function stopAgentAround(path: string) {
 }
 
 async function post(name: string, params: unknown): Promise<any> {
-  const res = await fetch(`${agent!.url}/v1/commands/?wait=true`, { method: 'POST', body: JSON.stringify({ name, params }) });
+  const res = await fetch(`${agent!.url}/v1/commands/?wait=true`, { method: 'POST', body: JSON.stringify({ name, params }) }).catch((err: Error) => {
+    // Most likely the agent died: what it wrote last says why.
+    throw new Error(`${name}: ${err.message}; the agent's last lines:\n${agent!.output.slice(-12).join('\n')}`);
+  });
   expect(res.status).toBe(200);
   return res.json();
 }

@@ -1,0 +1,181 @@
+// `npm run soak`: many deploys of small images in a row by one agent process, through every path (raw,
+// gzip, zstd, xz, qcow2, a checksum URL, a config-drive URL), from a loopback server that at random closes
+// after the body, keeps the connection alive, stalls, resets or cuts the body short. Every command must end
+// SUCCEEDED or FAILED with an error that says what happened, the agent must stay up, and what it holds
+// (open file descriptors, child processes, attached loop devices, buffer files, RSS) must be the same at
+// the end as after the first ten deploys. SOAK_DEPLOYS (default 300), SOAK_SEED (default 17),
+// SOAK_MAX_S (default 1800: the run stops there and says so). With SUITE_REPORT set (by .ci/run), the
+// counts are also written there as JSON in vitest's shape.
+import { createHash } from 'node:crypto';
+import { mkdir, readdir, readFile, readlink, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { startAgentChild, type AgentChild } from '../test/helpers/agent-child.ts';
+import { buildIso } from '../test/helpers/configdrive.ts';
+import { attachLoop, detachLoop, GiB, type LoopDevice } from '../test/helpers/loop.ts';
+import { compress, makeDiskImage, toQcow2, workDir } from '../test/helpers/make-image.ts';
+import { startRawHttpServer, type Behaviour } from '../test/helpers/raw-http-server.ts';
+
+const DEPLOYS = Number(process.env.SOAK_DEPLOYS ?? 300);
+const SEED = Number(process.env.SOAK_SEED ?? 17);
+const MAX_S = Number(process.env.SOAK_MAX_S ?? 1800);
+const MiB = 1024 * 1024;
+
+/** mulberry32: a small seeded generator, so that a failing run can be repeated exactly. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+const random = prng(SEED);
+
+/** Mostly good answers, so that most deploys get through; each fault often enough to be met dozens of times. */
+function pickBehaviour(): Behaviour {
+  const r = random();
+  return r < 0.35 ? 'close' : r < 0.7 ? 'keep-alive' : r < 0.8 ? 'stall' : r < 0.9 ? 'reset' : 'truncate';
+}
+
+interface Resources {
+  fds: number;
+  children: number;
+  loops: number;
+  buffers: number;
+  rssMiB: number;
+}
+
+async function resources(pid: number, bufferDir: string): Promise<Resources> {
+  const fds = (await readdir(`/proc/${pid}/fd`)).length;
+  let children = 0;
+  for (const p of await readdir('/proc')) {
+    if (!/^\d+$/.test(p)) continue;
+    const stat = await readFile(`/proc/${p}/stat`, 'utf8').catch(() => '');
+    if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) children++;
+  }
+  // Other loop devices on the machine are not the agent's: only those backed by its buffer files count.
+  const loops = (await execa('losetup', ['-a'])).stdout.split('\n').filter((l) => l.includes(bufferDir)).length;
+  const buffers = (await readdir(bufferDir)).length;
+  const rss = /VmRSS:\s+(\d+) kB/.exec(await readFile(`/proc/${pid}/status`, 'utf8'))?.[1];
+  return { fds, children, loops, buffers, rssMiB: Number(rss) / 1024 };
+}
+
+const show = (r: Resources) => `fds ${r.fds}, children ${r.children}, loop devices ${r.loops}, buffer files ${r.buffers}, RSS ${r.rssMiB.toFixed(1)} MiB`;
+
+async function main(): Promise<void> {
+  const work = await workDir('ina-soak-');
+  const bufferDir = join(work.dir, 'buffers');
+  await mkdir(bufferDir);
+  let loop: LoopDevice | undefined;
+  let agent: AgentChild | undefined;
+  const server = await startRawHttpServer({ behaviour: pickBehaviour });
+  const started = Date.now();
+  let succeeded = 0;
+  let failedClearly = 0;
+  const lost: string[] = [];
+  const errors = new Map<string, number>();
+  let first: Resources | undefined;
+  let last: Resources | undefined;
+  let done = 0;
+  try {
+    const raw = (await makeDiskImage(work.dir, { table: 'mbr', sizeMiB: 6, randomKiB: 1024 })).path;
+    const image = await readFile(raw);
+    const sha = createHash('sha256').update(image).digest('hex');
+    const urls: Record<string, string> = { raw: server.serve('image.raw', image) };
+    for (const kind of ['gzip', 'zstd', 'xz'] as const) urls[kind] = server.serve(`image.${kind}`, await readFile(await compress(raw, kind)));
+    const qcow2 = await readFile(await toQcow2(raw));
+    urls.qcow2 = server.serve('image.qcow2', qcow2);
+    const sums = server.serve('SHA256SUMS', `${sha}  image.raw\n`);
+    const drive = server.serve('config-drive.iso', await buildIso());
+    const digests: Record<string, string> = { raw: sha, gzip: '', zstd: '', xz: '', qcow2: createHash('sha256').update(qcow2).digest('hex') };
+    for (const kind of ['gzip', 'zstd', 'xz']) digests[kind] = createHash('sha256').update(await readFile(`${raw}.${kind === 'gzip' ? 'gz' : kind === 'zstd' ? 'zst' : 'xz'}`)).digest('hex');
+    const paths = ['raw', 'gzip', 'zstd', 'xz', 'qcow2', 'checksum-url', 'config-drive-url'] as const;
+
+    loop = await attachLoop(5 * GiB);
+    agent = await startAgentChild(loop.path, {
+      flags: {
+        'ipa-image-buffer-dir': bufferDir,
+        'ipa-image-download-connection-timeout': '1',
+        'ipa-image-download-connection-retries': '2',
+        'ipa-image-download-connection-retry-interval': '0.05',
+      },
+    });
+    console.log(`soak: ${DEPLOYS} deploys, seed ${SEED}, at most ${MAX_S} s; agent pid ${agent.pid} on ${loop.path}`);
+    for (let i = 0; i < DEPLOYS; i++) {
+      if ((Date.now() - started) / 1000 > MAX_S) {
+        lost.push(`stopped after ${i} deploys: SOAK_MAX_S (${MAX_S} s) reached`);
+        break;
+      }
+      const path = paths[i % paths.length]!;
+      const kind = path === 'checksum-url' || path === 'config-drive-url' ? 'raw' : path;
+      const info = {
+        id: `soak-${i}`, urls: [urls[kind]!], disk_format: kind === 'qcow2' ? 'qcow2' : 'raw', stream_raw_images: true,
+        os_hash_algo: 'sha256', os_hash_value: path === 'checksum-url' ? sums : digests[kind],
+      };
+      const params = { image_info: info, ...(path === 'config-drive-url' ? { configdrive: drive } : {}) };
+      try {
+        const res = await fetch(`${agent.url}/v1/commands/?wait=true`, { method: 'POST', body: JSON.stringify({ name: 'standby.prepare_image', params }), signal: AbortSignal.timeout(120_000) });
+        const r = (await res.json()) as { command_status: string; command_error: { type: string; details: string } | null };
+        if (r.command_status === 'SUCCEEDED') succeeded++;
+        else if (r.command_status === 'FAILED' && r.command_error?.type && r.command_error.details) {
+          failedClearly++;
+          const key = `${r.command_error.type}: ${r.command_error.details.replace(/\d+/g, 'N').slice(0, 110)}`;
+          errors.set(key, (errors.get(key) ?? 0) + 1);
+        } else lost.push(`deploy ${i} (${path}): HTTP ${res.status} ${JSON.stringify(r).slice(0, 300)}`);
+      } catch (err) {
+        lost.push(`deploy ${i} (${path}): ${(err as Error).message}`);
+      }
+      done = i + 1;
+      if (!agent.alive()) {
+        lost.push(`the agent died after deploy ${i}:\n${agent.output.slice(-20).join('\n')}`);
+        break;
+      }
+      if (done === Math.min(10, DEPLOYS)) {
+        first = await resources(agent.pid, bufferDir);
+        console.log(`soak: after ${done} deploys: ${show(first)}`);
+      }
+    }
+    if (agent.alive()) {
+      last = await resources(agent.pid, bufferDir);
+      console.log(`soak: after ${done} deploys: ${show(last)}`);
+      const fds = await readdir(`/proc/${agent.pid}/fd`);
+      if (first && last.fds > first.fds) {
+        console.log(`soak: open files: ${(await Promise.all(fds.map((f) => readlink(`/proc/${agent!.pid}/fd/${f}`).catch(() => '?')))).join(', ')}`);
+      }
+    }
+  } finally {
+    await agent?.stop();
+    if (loop) await detachLoop(loop);
+    await server.close();
+    await work.cleanup();
+  }
+
+  for (const [text, n] of [...errors].sort((a, b) => b[1] - a[1])) console.log(`  ${String(n).padStart(4)} × ${text}`);
+  for (const text of lost) console.log(`soak: LOST ${text}`);
+  // Flat means: nothing more held at the end than after the first ten; RSS may move with V8's heap sizing.
+  const checks: [string, boolean][] = [
+    ['every command ended SUCCEEDED or FAILED with a clear error', lost.length === 0],
+    ['open file descriptors', !!first && !!last && last.fds <= first.fds],
+    ['child processes', !!first && !!last && last.children <= first.children && last.children === 0],
+    ['loop devices', !!first && !!last && last.loops === 0],
+    ['buffer files', !!first && !!last && last.buffers === 0],
+    ['RSS within 32 MiB of the first ten', !!first && !!last && last.rssMiB - first.rssMiB <= 32],
+  ];
+  for (const [what, ok] of checks) if (!ok) console.log(`soak: FAILED: ${what}`);
+  const passed = checks.filter(([, ok]) => ok).length;
+  const secs = ((Date.now() - started) / 1000).toFixed(0);
+  console.log(
+    `soak: ${done} deploys in ${secs} s: ${succeeded} succeeded, ${failedClearly} failed with a clear error, ${lost.length} lost; ` +
+      `resources ${first ? show(first) : '?'} -> ${last ? show(last) : '?'}; ${passed} of ${checks.length} checks passed`,
+  );
+  if (process.env.SUITE_REPORT) {
+    const failed = checks.length - passed;
+    await writeFile(process.env.SUITE_REPORT, JSON.stringify({ numPassedTests: passed, numFailedTests: failed, numPendingTests: 0, numTodoTests: 0, success: failed === 0 }));
+  }
+  process.exitCode = passed === checks.length ? 0 : 1;
+}
+
+await main();
