@@ -1,10 +1,12 @@
 // Builds the agent from a Config: services, command engine and API. main.ts runs it as a process;
 // tests run it in-process on loopback.
 import { createApp } from './api/app.ts';
+import { realClock, type Clock } from './clock.ts';
 import { startServer, type RunningServer, type TlsMaterial } from './api/server.ts';
 import { CommandExecutor } from './commands/executor.ts';
 import { extensions } from './commands/registry.ts';
-import type { AgentServices, Extension } from './commands/types.ts';
+import type { AgentServices } from './services.ts';
+import type { Extension } from './commands/types.ts';
 import type { Config } from './config/config.ts';
 import { HostActions } from './host/host-actions.ts';
 import type { Logger } from './log.ts';
@@ -19,7 +21,12 @@ export interface Agent {
   listen(tls?: TlsMaterial): Promise<RunningServer>;
 }
 
-export function createAgent(config: Config, log: Logger, registry: Readonly<Record<string, Extension>> = extensions): Agent {
+export function createAgent(
+  config: Config,
+  log: Logger,
+  registry: Readonly<Record<string, Extension>> = extensions,
+  clock: Clock = realClock,
+): Agent {
   const state = new AgentState(AGENT_VERSION, config.token.agentToken ?? null);
   const services: AgentServices = {
     config,
@@ -27,6 +34,7 @@ export function createAgent(config: Config, log: Logger, registry: Readonly<Reco
     state,
     guard: new DeviceGuard(config.disks.allowlist),
     host: new HostActions(config.hostActions, log),
+    clock,
   };
   const executor = new CommandExecutor(registry, services);
   const app = createApp({

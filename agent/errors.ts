@@ -1,5 +1,6 @@
-// Typed errors and their one mapping to IPA's wire shapes: `command_error` inside a result, and the
-// `{faultcode, faultstring}` envelope of an HTTP error. Class names are the wire `type`, so keep IPA's names.
+// IPA's error classes and their one mapping to IPA's wire shapes: `command_error` inside a result, and the
+// `{faultcode, faultstring}` envelope of an HTTP error. A class name is the wire `type`, so only IPA's classes
+// live here; what the agent's own retry logic needs to know travels as fields (docs/architecture.md).
 
 export interface CommandErrorBody {
   type: string;
@@ -12,18 +13,13 @@ export class AgentError extends Error {
   /** The class-level summary IPA puts in `message`; `details` says what happened this time. */
   static summary = 'An error occurred';
   static httpCode = 500;
-  /**
-   * For a class the agent uses only to steer its own handling (retry or not, which message): the IPA type the
-   * wire shows in its place. Unset, the class's own name is the wire type.
-   */
-  static wireType?: string;
   readonly details: string;
 
   constructor(details?: string) {
     const ctor = new.target as typeof AgentError;
     super(details ?? ctor.summary);
     this.details = details ?? ctor.summary;
-    this.name = ctor.wireType ?? ctor.name;
+    this.name = ctor.name;
   }
 
   get code(): number {
@@ -86,6 +82,28 @@ export class VersionMismatch extends AgentError {
 
 export class ImageDownloadError extends AgentError {
   static override summary = 'Error downloading image';
+  /**
+   * Whether a fresh transfer from byte zero may succeed. False when the URLs' own retries are spent (another
+   * round would only repeat them), when a server's answer is final, or when the image cannot fit.
+   */
+  readonly restartable: boolean;
+
+  constructor(details?: string, facts: { restartable?: boolean } = {}) {
+    super(details);
+    this.restartable = facts.restartable ?? true;
+  }
+}
+/** A server's answer that no retry can change (a 4xx other than 408 and 429). */
+export class ImageDownloadFatalError extends ImageDownloadError {
+  constructor(details?: string) {
+    super(details, { restartable: false });
+  }
+}
+/** The buffer cannot hold the image. */
+export class ImageDownloadOutofSpaceError extends ImageDownloadError {
+  constructor(details?: string) {
+    super(details, { restartable: false });
+  }
 }
 export class ImageDownloadTimeoutError extends AgentError {
   static override summary = 'Timeout reached while downloading image';
@@ -93,9 +111,26 @@ export class ImageDownloadTimeoutError extends AgentError {
 }
 export class ImageChecksumError extends AgentError {
   static override summary = 'Error verifying image checksum';
+  /** The digest the downloaded bytes had, when they were hashed: a new one each time means damage in transit. */
+  readonly actual?: string;
+
+  constructor(details?: string, facts: { actual?: string } = {}) {
+    super(details);
+    this.actual = facts.actual;
+  }
 }
 export class ImageWriteError extends AgentError {
   static override summary = 'Error writing image to device';
+  /** The image does not fit its target (the device, or the buffer file's limit). */
+  readonly tooLarge: boolean;
+  /** A tool failed for want of a resource (memory) and may succeed when run again on the same input. */
+  readonly transient: boolean;
+
+  constructor(details?: string, facts: { tooLarge?: boolean; transient?: boolean } = {}) {
+    super(details);
+    this.tooLarge = facts.tooLarge ?? false;
+    this.transient = facts.transient ?? false;
+  }
 }
 export class InvalidImage extends AgentError {
   static override summary = 'The provided image is not valid for use';

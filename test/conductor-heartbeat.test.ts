@@ -4,7 +4,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAgent } from '../agent/agent.ts';
 import { command } from '../agent/commands/types.ts';
-import type { Clock } from '../agent/conductor/clock.ts';
+import type { Clock } from '../agent/clock.ts';
 import { Heartbeater, type BeatEvent, type HeartbeatTarget } from '../agent/conductor/heartbeat.ts';
 import { IronicApi } from '../agent/conductor/ironic-api.ts';
 import { ConductorLink } from '../agent/conductor/link.ts';
@@ -22,6 +22,10 @@ class VirtualClock implements Clock {
 
   now(): number {
     return this.t;
+  }
+
+  timeout(): AbortSignal {
+    return new AbortController().signal;
   }
 
   sleep(ms: number, signal?: AbortSignal): Promise<void> {

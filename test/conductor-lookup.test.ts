@@ -2,7 +2,7 @@
 // the 5/10/30 s pauses after 409, the "******" rule and the timeout.
 import { createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Clock } from '../agent/conductor/clock.ts';
+import type { Clock } from '../agent/clock.ts';
 import { LookupNodeError } from '../agent/conductor/errors.ts';
 import { IronicApi } from '../agent/conductor/ironic-api.ts';
 import { lookupNode, type LookupRequest } from '../agent/conductor/lookup.ts';
@@ -14,6 +14,7 @@ class InstantClock implements Clock {
   t = 0;
   sleeps: number[] = [];
   now = () => this.t;
+  timeout = () => new AbortController().signal;
   sleep = async (ms: number) => {
     this.sleeps.push(ms);
     this.t += ms;

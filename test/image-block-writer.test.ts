@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { describe, expect, it } from 'vitest';
-import { BlockWriter, TooLargeError } from '../agent/image/block-writer.ts';
+import { BlockWriter } from '../agent/image/sinks/block-writer.ts';
 import { ImageWriteError } from '../agent/errors.ts';
 import { DeviceGuard } from '../agent/safety/device-guard.ts';
 import { readDevice } from './helpers/image-agent.ts';
@@ -61,7 +61,7 @@ describe('BlockWriter', () => {
   it('refuses more bytes than its limit before writing them', async () => {
     await withLoops([8 * MiB], async ([dev]) => {
       const err = await writeFailing(dev!.path, 3 * MiB, 4 * MiB);
-      expect(err).toBeInstanceOf(TooLargeError);
+      expect(err).toMatchObject({ name: 'ImageWriteError', tooLarge: true });
       expect((err as Error).message).toContain(`larger than the ${3 * MiB} bytes ${dev!.path} can hold`);
     });
   });

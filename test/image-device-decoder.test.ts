@@ -4,8 +4,10 @@
 // too small, broken data, data after a gzip stream).
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { decodedHeadGate, DeviceDecoder } from '../agent/image/device-decoder.ts';
-import { TooLargeError } from '../agent/image/block-writer.ts';
+import { decodedHeadGate } from '../agent/image/gates.ts';
+import { DecoderPipe } from '../agent/image/sinks/decoder-pipe.ts';
+import { DeviceTarget } from '../agent/image/sinks/device-target.ts';
+import { nullLogger } from '../agent/log.ts';
 import { InvalidImage, ToolError } from '../agent/errors.ts';
 import { DeviceGuard } from '../agent/safety/device-guard.ts';
 import { readDevice } from './helpers/image-agent.ts';
@@ -105,13 +107,19 @@ it('a decoder that cannot be started is a ToolError, not a verdict on the image'
   }
 });
 
+/** The loop device as a sink target, with the guard allowing only it. */
+function target(loop: { path: string; sizeBytes: number }): DeviceTarget {
+  return new DeviceTarget({ path: loop.path, size: loop.sizeBytes, logicalSectorSize: 512 }, new DeviceGuard([loop.path]), nullLogger);
+}
+
 describe('<tool> -dc | dd onto a loop device', () => {
   it.each(['gzip', 'zstd', 'xz'] as const)('%s: writes the decoded image and reports its size', async (kind) => {
     await withLoops([8 * MiB], async ([loop]) => {
       const image = Buffer.concat([randomBytes(3 * MiB), Buffer.alloc(MiB), randomBytes(1234)]);
-      const decoder = await DeviceDecoder.start(kind, loop!.path, new DeviceGuard([loop!.path]));
+      const decoder = await DecoderPipe.start(kind, target(loop!));
       try {
-        expect(await decoder.write(pieces(await pack(kind, image)))).toBe(image.length);
+        await decoder.write(pieces(await pack(kind, image)));
+        expect((await decoder.finish()).bytes).toBe(image.length);
       } finally {
         await decoder.release();
       }
@@ -124,9 +132,10 @@ describe('<tool> -dc | dd onto a loop device', () => {
       const image = randomBytes(3 * MiB);
       const padded = Buffer.concat([await pack('gzip', image), Buffer.alloc(4 * MiB)]);
       const pulled = { bytes: 0 };
-      const decoder = await DeviceDecoder.start('gzip', loop!.path, new DeviceGuard([loop!.path]));
+      const decoder = await DecoderPipe.start('gzip', target(loop!));
       try {
-        expect(await decoder.write(pieces(padded, pulled))).toBe(image.length);
+        await decoder.write(pieces(padded, pulled));
+        expect((await decoder.finish()).bytes).toBe(image.length);
       } finally {
         await decoder.release();
       }
@@ -137,10 +146,10 @@ describe('<tool> -dc | dd onto a loop device', () => {
 
   it('fails an image that decodes to more than the device holds as too large', async () => {
     await withLoops([4 * MiB], async ([loop]) => {
-      const decoder = await DeviceDecoder.start('zstd', loop!.path, new DeviceGuard([loop!.path]));
+      const decoder = await DecoderPipe.start('zstd', target(loop!));
       try {
-        const failure = decoder.write(pieces(await pack('zstd', randomBytes(6 * MiB))));
-        await expect(failure).rejects.toBeInstanceOf(TooLargeError);
+        const failure = decoder.write(pieces(await pack('zstd', randomBytes(6 * MiB)))).then(() => decoder.finish());
+        await expect(failure).rejects.toMatchObject({ name: 'ImageWriteError', tooLarge: true });
         await expect(failure).rejects.toThrow(/larger than/);
       } finally {
         await decoder.release();
@@ -150,7 +159,7 @@ describe('<tool> -dc | dd onto a loop device', () => {
 
   it('is refused by the guard for a device outside the allow-list, before any tool starts', async () => {
     await withLoops([4 * MiB], async ([loop]) => {
-      await expect(DeviceDecoder.start('zstd', loop!.path, new DeviceGuard(['/dev/loop-not-this-one']))).rejects.toThrow(/allow/);
+      await expect(DecoderPipe.start('zstd', new DeviceTarget({ path: loop!.path, size: loop!.sizeBytes, logicalSectorSize: 512 }, new DeviceGuard(['/dev/loop-not-this-one']), nullLogger))).rejects.toThrow(/allow/);
     });
   });
 });

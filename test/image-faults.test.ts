@@ -9,6 +9,7 @@ import { compress, makeDiskImage, workDir } from './helpers/make-image.ts';
 import { readFile } from 'node:fs/promises';
 import { execa } from 'execa';
 import { createServer } from 'node:http';
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import pino from 'pino';
 import { LogRing, type Logger } from '../agent/log.ts';
 import type { AddressInfo } from 'node:net';
@@ -170,16 +171,38 @@ describe('image download faults', () => {
     expect(r.command_error!.details).toMatch(/broke at byte/);
   });
 
-  it('gives up on 404 at once, without retrying or trying other URLs', async () => {
+  it('does not ask a 404 again, but moves on to the next URL, as IPA does after any download error', async () => {
     const s = await server();
     const good = s.serve('img', image);
-    await paint(loop.path, loop.sizeBytes);
     const r = await deploy([s.url('missing'), good]);
+    expect(r.command_error).toBeNull();
+    expect(s.requests.map((q) => `${q.path}:${q.status}`)).toEqual(['missing:404', 'img:200']);
+    await expectImageOnDisk();
+  });
+
+  it('names what every URL answered when all fail, and leaves the disk untouched', async () => {
+    const s = await server();
+    s.serve('busy', image);
+    s.fault('busy', ...Array.from({ length: 3 }, () => ({ kind: 'status' as const, code: 503 })));
+    await paint(loop.path, loop.sizeBytes);
+    const r = await deploy([s.url('missing'), s.url('busy'), 'http://127.0.0.1:1/refused']);
     expect(r.command_status).toBe('FAILED');
-    expect(r.command_error!.type).toBe('ImageDownloadFatalError');
-    expect(r.command_error!.details).toMatch(/404/);
-    expect(s.requests.map((q) => q.path)).toEqual(['missing']);
+    expect(r.command_error!.type).toBe('ImageDownloadError');
+    const lines = r.command_error!.details.split('\n').map((l) => l.trim());
+    expect(lines[0]).toMatch(/failed from every URL/);
+    expect(lines[1]).toMatch(/\/missing: received status code 404/);
+    expect(lines[2]).toMatch(/\/busy: received status code 503/);
+    expect(lines[3]).toMatch(/127\.0\.0\.1:1\/refused: .*ECONNREFUSED/);
+    // A 404 is asked once; a 503 retries + 1 times (the helper's agent runs with retries=2).
+    expect(s.requests.map((q) => `${q.path}:${q.status}`)).toEqual(['missing:404', 'busy:503', 'busy:503', 'busy:503']);
     expect(await isPainted(loop.path, loop.sizeBytes)).toBe(true);
+  });
+
+  it('fails with ImageDownloadFatalError when every URL answered with a final 4xx', async () => {
+    const s = await server();
+    const r = await deploy([s.url('missing'), s.url('gone')]);
+    expect(r.command_error!.type).toBe('ImageDownloadFatalError');
+    expect(s.requests.map((q) => `${q.path}:${q.status}`)).toEqual(['missing:404', 'gone:404']);
   });
 
   it('retries a 500 and succeeds on the following 200', async () => {
@@ -381,6 +404,45 @@ describe('image download faults', () => {
     const r = await deploy([url], { image_request_authorization: Buffer.from('Bearer t0ken').toString('base64') });
     expect(r.command_error).toBeNull();
     expect(s.requests.map((q) => q.authorization)).toEqual(['Bearer t0ken']);
+  });
+});
+
+describe('Content-Encoding on the image answer', () => {
+  /** A server that sends the image with `encoding` applied, whatever the agent asked for; logs what it was asked. */
+  async function encodingServer(encoding: string, body: Buffer): Promise<{ url: string; asked: (string | undefined)[] }> {
+    const asked: (string | undefined)[] = [];
+    const srv = createServer((req, res) => {
+      asked.push(req.headers['accept-encoding']);
+      res.writeHead(200, { 'content-encoding': encoding, 'content-length': body.length }).end(body);
+    });
+    await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
+    servers.push({ close: () => new Promise<void>((resolve) => srv.close(() => resolve())) });
+    return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}/img`, asked };
+  }
+
+  it.each([
+    ['gzip', true],
+    ['x-gzip', false],
+    ['deflate', true],
+    ['br', false],
+  ] as const)('%s is decoded before hashing and writing (streamed: %s), as IPA\'s HTTP client does', async (encoding, stream) => {
+    const encoded = { gzip: gzipSync, 'x-gzip': gzipSync, deflate: deflateSync, br: brotliCompressSync }[encoding](image);
+    const { url, asked } = await encodingServer(encoding, encoded);
+    await paint(loop.path, loop.sizeBytes);
+    // The checksum is the decoded image's; a hash of the wire bytes would fail it.
+    const r = await deploy([url], { stream_raw_images: stream });
+    expect(r.command_error).toBeNull();
+    expect(asked).toEqual(['identity']);
+    await expectImageOnDisk();
+  });
+
+  it('refuses an encoding it cannot decode, naming it, and leaves the disk untouched', async () => {
+    const { url } = await encodingServer('compress', image);
+    await paint(loop.path, loop.sizeBytes);
+    const r = await deploy([url]);
+    expect(r.command_error!.type).toBe('ImageDownloadError');
+    expect(r.command_error!.details).toMatch(/Content-Encoding compress/);
+    expect(await isPainted(loop.path, loop.sizeBytes)).toBe(true);
   });
 });
 

@@ -3,7 +3,7 @@
 import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { algoForDigest, expectedDigest, parseChecksumFile, verifyDigest } from '../agent/image/checksum.ts';
-import { detectCompression } from '../agent/image/decompress.ts';
+import { detectCompression } from '../agent/image/sniff.ts';
 import { bypassesProxy } from '../agent/image/dispatchers.ts';
 import { parseImageInfo } from '../agent/image/image-info.ts';
 import { INSPECT_HEAD_BYTES, inspectImage } from '../agent/image/inspect.ts';

@@ -11,7 +11,8 @@ import {
   toCommandError,
   type CommandErrorBody,
 } from '../errors.ts';
-import type { AgentServices, CommandSpec, CommandStatus, Extension, Params } from './types.ts';
+import type { AgentServices } from '../services.ts';
+import type { CommandSpec, CommandStatus, Extension, Params } from './types.ts';
 
 export interface CommandResultJson {
   id: string;

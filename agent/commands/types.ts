@@ -1,19 +1,7 @@
 // The shape of a command and what it may use. An extension is a table of commands; the registry is a
 // table of extensions. Each command parses its params once into a typed object, then runs.
 import type { Config } from '../config/config.ts';
-import type { HostActions } from '../host/host-actions.ts';
-import type { Logger } from '../log.ts';
-import type { DeviceGuard } from '../safety/device-guard.ts';
-import type { AgentState } from '../state.ts';
-
-/** Long-lived services every command may use; built once in main.ts (and by test harnesses). */
-export interface AgentServices {
-  config: Config;
-  log: Logger;
-  state: AgentState;
-  guard: DeviceGuard;
-  host: HostActions;
-}
+import type { AgentServices } from '../services.ts';
 
 export interface CommandContext extends AgentServices {
   /** While an async command runs, whatever it reports here is its `command_result`. */

@@ -6,7 +6,7 @@ import { isIP } from 'node:net';
 import type { Config } from '../config/config.ts';
 import { run } from '../exec.ts';
 import type { Logger } from '../log.ts';
-import type { Clock } from './clock.ts';
+import type { Clock } from '../clock.ts';
 import { LookupAgentIPError } from './errors.ts';
 
 export function callbackUrl(protocol: 'http' | 'https', host: string, port: number): string {

@@ -5,7 +5,7 @@
 // invalid means the conductor wiped it (power action, end of deploy): reported as 'token-rejected'.
 import { EventEmitter } from 'node:events';
 import type { Logger } from '../log.ts';
-import type { Clock } from './clock.ts';
+import type { Clock } from '../clock.ts';
 import { ironicFault, type IronicApi } from './ironic-api.ts';
 import { V_AGENT_VERSION, V_TOKEN, V_VERIFY_CA, versionHeader } from './versions.ts';
 

@@ -9,7 +9,7 @@ import type { Agent } from '../agent.ts';
 import type { RunningServer, TlsMaterial } from '../api/server.ts';
 import type { Config } from '../config/config.ts';
 import type { Logger } from '../log.ts';
-import { realClock, type Clock } from './clock.ts';
+import { realClock, type Clock } from '../clock.ts';
 import { advertiseHost, callbackUrl } from './advertise.ts';
 import { generateCertificate, generateKeys, type AgentKeys } from './auto-tls.ts';
 import { LookupNodeError, NoNetworkError } from './errors.ts';

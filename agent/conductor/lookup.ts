@@ -3,7 +3,7 @@
 // retried after U(interval, min(60, 2^(n-1))) s; a 409 (node locked while the token is created) also
 // pauses 5, then 10, then 30 s on each later 409.
 import type { Logger } from '../log.ts';
-import type { Clock } from './clock.ts';
+import type { Clock } from '../clock.ts';
 import { LookupNodeError } from './errors.ts';
 import { ironicFault, type IronicApi } from './ironic-api.ts';
 import { InvalidLookupReply, acceptToken, parseLookupReply, type LookupReply } from './lookup-reply.ts';

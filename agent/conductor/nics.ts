@@ -2,7 +2,7 @@
 // `lo` and virtual devices (no `device` link: bridges, bonds, veth, ifb, tun) are skipped.
 import { access, readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Clock } from './clock.ts';
+import type { Clock } from '../clock.ts';
 
 const MAC = /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/;
 const SYS_NET = '/sys/class/net';

@@ -1,7 +1,7 @@
 // The disks the agent may consider: lsblk's view of whole disks, completed from /sys (no udev in the
 // ramdisk). Loop devices count only when the device allow-list names them, so tests can offer their own.
 import { realpath } from 'node:fs/promises';
-import type { AgentServices } from '../commands/types.ts';
+import type { AgentServices } from '../services.ts';
 import { BlockDeviceError } from '../errors.ts';
 import { run } from '../exec.ts';
 import { sysByPath, sysHctl, sysIdentity, readSys, SYS_BLOCK } from './sysfs.ts';

@@ -1,7 +1,7 @@
 // The disks a cleaning step works on: every listed disk (within the allow-list when one is set) that is
 // not skipped. All are checked with the device guard before any is touched, so a protected disk fails
 // the step up front instead of half-way through.
-import type { AgentServices } from '../commands/types.ts';
+import type { AgentServices } from '../services.ts';
 import { CleaningError } from '../errors.ts';
 import { allowlistedNames, listBlockDevices, type BlockDevice } from './block-devices.ts';
 import { skipList } from './skip-list.ts';

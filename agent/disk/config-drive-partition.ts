@@ -6,7 +6,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { mkdtemp, open, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { AgentServices } from '../commands/types.ts';
+import type { AgentServices } from '../services.ts';
 import { ConfigDriveError } from '../errors.ts';
 import { run } from '../exec.ts';
 import { rebuildAsVfat } from './config-drive-fat.ts';

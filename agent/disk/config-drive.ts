@@ -1,7 +1,7 @@
 // Turns the conductor's `configdrive` value into a checked image in memory, before any disk is touched:
 // a URL is downloaded; text is base64 of a gzip-compressed (or plain) ISO9660/VFAT image labelled config-2.
 import { Inflate } from 'pako';
-import type { AgentServices } from '../commands/types.ts';
+import type { AgentServices } from '../services.ts';
 import { ConfigDriveError } from '../errors.ts';
 import { downloadConfigDrive } from './config-drive-fetch.ts';
 import { shownUrl } from '../image/url-credentials.ts';
@@ -77,7 +77,7 @@ function check(bytes: Buffer, source: string): ConfigDriveImage {
  * Decodes and checks a config drive value; touches no disk. A URL body may be the image itself, gzip of
  * it, or the base64 text (what ironic stores in Swift). Every failure is a ConfigDriveError saying why.
  */
-export async function prepareConfigDrive(services: Pick<AgentServices, 'config' | 'log'>, value: string): Promise<ConfigDriveImage> {
+export async function prepareConfigDrive(services: Pick<AgentServices, 'config' | 'log' | 'clock'>, value: string): Promise<ConfigDriveImage> {
   const text = value.trim();
   if (text === '') throw new ConfigDriveError('Config drive is an empty string');
   if (URL_LIKE.test(text)) {

@@ -2,7 +2,7 @@
 // first and last MiB (both GPT copies, MBR, most RAID/LVM superblocks). Full erase: secure discard, else
 // discard, else overwrite passes. Each asks the device guard before its first write.
 import { open } from 'node:fs/promises';
-import type { AgentServices } from '../commands/types.ts';
+import type { AgentServices } from '../services.ts';
 import { BlockDeviceEraseError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
 import { listPartitions, rescanPartitions } from './partitions.ts';

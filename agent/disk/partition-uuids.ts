@@ -1,7 +1,7 @@
 // The UUID map `standby.get_partition_uuids` reports after a whole-disk image is written: `root uuid` is
 // the MBR disk identifier (bytes 440..443, little-endian, as `0x%08x`), plus the ESP's UUID when there is one.
 import { open } from 'node:fs/promises';
-import type { AgentServices } from '../commands/types.ts';
+import type { AgentServices } from '../services.ts';
 import { BlockDeviceError } from '../errors.ts';
 import { listPartitions, rescanPartitions, type Partition } from './partitions.ts';
 

@@ -3,10 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import { readFile, statfs } from 'node:fs/promises';
 import { join } from 'node:path';
-import { ImageDownloadError } from '../errors.ts';
-
-/** The buffer cannot hold the image; retrying will not help. */
-export class ImageDownloadOutofSpaceError extends ImageDownloadError {}
+import { ImageDownloadOutofSpaceError } from '../errors.ts';
 
 const TMPFS_MAGIC = 0x01021994;
 const MiB = 1024 * 1024;

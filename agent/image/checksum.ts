@@ -91,23 +91,12 @@ export function expectedDigest(declared: ImageHashAlgo | undefined, digest: stri
   return { algo, digest: value };
 }
 
-/** The downloaded bytes are not the image the checksum names; `actual` tells one wrong download from another. */
-export class ChecksumMismatch extends ImageChecksumError {
-  static override wireType = ImageChecksumError.name;
-
-  constructor(
-    details: string,
-    readonly actual: string,
-  ) {
-    super(details);
-  }
-}
-
 export function verifyDigest(expected: ExpectedDigest, actual: string, imageId: string, location: string): void {
   if (actual.toLowerCase() === expected.digest) return;
-  throw new ChecksumMismatch(
+  // `actual` tells one wrong download from another (transfer.ts downloads again only for a new digest).
+  throw new ImageChecksumError(
     `Image failed to verify against checksum. location: ${location}; image ID: ${imageId}; ` +
       `image checksum: ${expected.digest}; verification checksum: ${actual} (${expected.algo})`,
-    actual.toLowerCase(),
+    { actual: actual.toLowerCase() },
   );
 }

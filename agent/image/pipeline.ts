@@ -1,73 +1,75 @@
-// The deploy data path, in one place. Stream path (raw images with stream_raw_images):
-//   download ─▶ hash + count ─▶ plain: head gate ─▶ device
-//                            └▶ gzip, zstd or xz: decoded-head gate ─▶ `pigz|zstd|xz -dc | dd` ─▶ device
-// Buffered path (everything else):
-//   download ─▶ count ─▶ plain: buffer file ─▶ inspect ─▶ qemu-img / copy ─▶ device
-//                    │                  └▶ hash ─▶ verify
-//                    └▶ gzip, zstd or xz: hash ─▶ `pigz|zstd|xz -dc > buffer file` ─▶ inspect ─▶ …
-// The hash covers the downloaded bytes and runs on a worker thread (hash-worker.ts), the disk writes run
-// in libuv's pool with several in flight (block-writer.ts), so the main thread only moves bytes and the
-// three overlap. Decoded output skips the agent altogether (device-decoder.ts, file-decoder.ts). A broken
-// download resumes inside fetch.ts where the server allows it; otherwise the whole attempt is retried from
-// byte zero.
+// The deploy data path as one composition (docs/architecture.md):
+//
+//   source ─▶ sniff ─▶ tap ─▶ gate ─▶ sink
+//
+// source: transfer.ts's body (resumed across breaks, content-decoded); sniff: the compression, from the first
+// bytes; tap: counts for progress and hashes on a worker thread; gate: nothing passes before the image's head
+// was accepted; sink: the one stage that touches the target (sinks/sink.ts). ROUTES says which sink takes a
+// download and when the tap hashes. A buffered image then takes a second leg, buffer file ─▶ device sink.
+// transfer.ts owns every retry: an attempt here runs once and throws.
 import { createReadStream } from 'node:fs';
-import { open, rm, stat } from 'node:fs/promises';
+import { rm } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
-import { setTimeout as sleep } from 'node:timers/promises';
-import type { AgentServices } from '../commands/types.ts';
-import { ImageChecksumError, ImageDownloadError, InvalidImage, errorText } from '../errors.ts';
-import { bufferBudget, bufferPath, ImageDownloadOutofSpaceError } from './buffer.ts';
-import { ChecksumMismatch, expectedDigest, imageFileNames, parseChecksumFile, verifyDigest, type ExpectedDigest } from './checksum.ts';
-import { convertToDevice } from './convert.ts';
-import { HashWorker } from './hash-worker.ts';
-import { sniffCompression, type Compression } from './decompress.ts';
-import { decodeToFile } from './file-decoder.ts';
-import { decodedHeadGate, DeviceDecoder } from './device-decoder.ts';
-import { Dispatchers } from './dispatchers.ts';
-import { ImageDownloadFatalError, ImageFetcher, RetriesSpentError, type OpenedImage } from './fetch.ts';
-import type { ImageInfo } from './image-info.ts';
-import { shownUrl } from './url-credentials.ts';
-import { INSPECT_HEAD_BYTES, inspectImage, type ImageInspection } from './inspect.ts';
-import { readAtLeast, rest } from './peek.ts';
+import { errorText } from '../errors.ts';
+import type { Logger } from '../log.ts';
 import type { ProgressMeter } from '../progress.ts';
-import { BlockWriter, TooLargeError } from './block-writer.ts';
-import { clearSignatures, flushDevice, settlePartitionTable } from './write.ts';
-
-export interface TargetDevice {
-  path: string;
-  size: number;
-  logicalSectorSize: number;
-}
+import type { AgentServices } from '../services.ts';
+import { bufferBudget, bufferPath } from './buffer.ts';
+import { bufferChecksum, inspectBuffer, type InspectedBuffer } from './buffer-check.ts';
+import { expectedDigest, imageFileNames, parseChecksumFile, verifyDigest, type ExpectedDigest } from './checksum.ts';
+import { Dispatchers } from './dispatchers.ts';
+import { gateFor } from './gates.ts';
+import { HashWorker } from './hash-worker.ts';
+import type { ImageInfo } from './image-info.ts';
+import { BlockDeviceSink } from './sinks/block-device.ts';
+import { BufferFileSink } from './sinks/buffer-file.ts';
+import { DecoderPipe } from './sinks/decoder-pipe.ts';
+import { DeviceTarget } from './sinks/device-target.ts';
+import { QemuImgSink } from './sinks/qemu-img.ts';
+import type { HeadFacts, Sink, SinkResult, SinkTarget } from './sinks/sink.ts';
+import { sniffCompression, type Compression } from './sniff.ts';
+import { Transfer, type OpenedImage } from './transfer.ts';
+import { shownUrl } from './url-credentials.ts';
+import { settlePartitionTable } from './write.ts';
 
 export interface PipelineJob {
-  services: Pick<AgentServices, 'config' | 'log' | 'guard'>;
+  services: Pick<AgentServices, 'config' | 'log' | 'guard' | 'clock'>;
   info: ImageInfo;
-  device: TargetDevice;
+  device: SinkTarget;
   meter: ProgressMeter;
 }
 
-/**
- * Errors a fresh attempt from byte zero may fix: broken transfers that did not already use up their retries,
- * and a checksum mismatch whose digest is new (bytes damaged on the way). The same wrong digest twice means the
- * server serves exactly those bytes; IPA downloads again on every mismatch, as many times as it has retries.
- */
-function retryable(err: unknown, wrongDigests: Set<string>): boolean {
-  if (err instanceof ChecksumMismatch) {
-    const fresh = !wrongDigests.has(err.actual);
-    wrongDigests.add(err.actual);
-    return fresh;
-  }
-  return (
-    err instanceof ImageDownloadError &&
-    !(err instanceof ImageDownloadFatalError) &&
-    !(err instanceof RetriesSpentError) &&
-    !(err instanceof ImageDownloadOutofSpaceError)
-  );
+interface Leg {
+  job: PipelineJob;
+  target: DeviceTarget;
+  /** The buffer file and what it may take (buffered path only). */
+  buffer?: { file: string; limit: number };
 }
+
+interface Route {
+  /** The progress phase the download runs in. */
+  phase: 'stream' | 'download';
+  /** Whether the tap hashes a download in this compression (no: the buffer file is hashed later). */
+  hashInline(kind: Compression): boolean;
+  sink(kind: Compression, leg: Leg): Promise<Sink> | Sink;
+}
+
+const ROUTES: Record<'stream' | 'buffer', Route> = {
+  stream: {
+    phase: 'stream',
+    hashInline: () => true,
+    sink: (kind, { target }) => (kind === 'none' ? BlockDeviceSink.open(target, { inspected: false }) : DecoderPipe.start(kind, target)),
+  },
+  buffer: {
+    phase: 'download',
+    hashInline: (kind) => kind !== 'none',
+    sink: (kind, { job, buffer }) => new BufferFileSink(buffer!.file, buffer!.limit, kind, job.services.config.image.bufferDir),
+  },
+};
 
 /** Downloads, verifies and writes the image onto the device; returns how it went there. */
 export async function writeImage(job: PipelineJob): Promise<{ path: 'stream' | 'buffer'; bytes: number }> {
-  const { config, log } = job.services;
+  const { config, log, clock } = job.services;
   const dispatchers = new Dispatchers({
     connectTimeoutMs: config.image.connectTimeoutS * 1000,
     stallTimeoutMs: config.image.connectTimeoutS * 1000,
@@ -77,37 +79,29 @@ export async function writeImage(job: PipelineJob): Promise<{ path: 'stream' | '
     proxies: job.info.proxies,
     noProxy: job.info.noProxy,
   });
-  const fetcher = new ImageFetcher(dispatchers, {
+  const transfer = new Transfer(dispatchers, {
     retries: config.image.retries,
     retryIntervalMs: config.image.retryIntervalS * 1000,
-    deadline: config.image.maxDurationS > 0 ? Date.now() + config.image.maxDurationS * 1000 : 0,
+    maxDurationMs: config.image.maxDurationS * 1000,
     authorization: job.info.authorization,
     log,
+    clock,
   });
-  const stream = job.info.streamRaw && job.info.diskFormat === 'raw';
+  const path = job.info.streamRaw && job.info.diskFormat === 'raw' ? 'stream' : 'buffer';
   try {
     if (job.info.checksum.isUrl) job.meter.start('checksum', null);
-    const expected = await expectedChecksum(job.info, fetcher, config.image.md5Enabled);
-    const wrongDigests = new Set<string>();
-    for (let attempt = 0; ; attempt++) {
-      try {
-        const bytes = stream ? await streamOnce(job, fetcher, expected) : await bufferOnce(job, fetcher, expected);
-        return { path: stream ? 'stream' : 'buffer', bytes };
-      } catch (err) {
-        if (!retryable(err, wrongDigests) || attempt >= config.image.retries) throw err;
-        log.warn({ attempt, err: errorText(err) }, 'image transfer failed, starting again from byte zero');
-        await sleep(config.image.retryIntervalS * 1000);
-      }
-    }
+    const expected = await expectedChecksum(job.info, transfer, config.image.md5Enabled);
+    const once = path === 'stream' ? streamOnce : bufferOnce;
+    return { path, bytes: await transfer.run(() => once(job, transfer, expected)) };
   } finally {
     await dispatchers.close();
   }
 }
 
-async function expectedChecksum(info: ImageInfo, fetcher: ImageFetcher, md5Enabled: boolean): Promise<ExpectedDigest> {
+async function expectedChecksum(info: ImageInfo, transfer: Transfer, md5Enabled: boolean): Promise<ExpectedDigest> {
   let digest = info.checksum.value;
   if (info.checksum.isUrl) {
-    const text = await fetcher.text(digest, 'Checksum file download');
+    const text = await transfer.text(digest, 'Checksum file download');
     digest = parseChecksumFile(text, imageFileNames(info.urls), shownUrl(digest));
   }
   return expectedDigest(info.checksum.algo, digest, md5Enabled);
@@ -123,7 +117,7 @@ async function withHashWorker<T>(algo: string, body: (hash: HashWorker) => Promi
   }
 }
 
-/** Counts the downloaded bytes as they pass, and hashes them unless that is done later (null). */
+/** The tap: counts the bytes as they pass, and hashes them unless `hash` is null. */
 function tap(hash: HashWorker | null, meter: ProgressMeter) {
   return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
     for await (const chunk of source) {
@@ -134,189 +128,67 @@ function tap(hash: HashWorker | null, meter: ProgressMeter) {
   };
 }
 
-/** Collects the first `bytes` of a stream, hands them to `check` (which may refuse), then passes everything on. */
-function headGate(bytes: number, check: (head: Buffer) => Promise<void>) {
-  return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
-    const it = source[Symbol.asyncIterator]();
-    const head = await readAtLeast(it, bytes);
-    await check(head);
-    if (head.length > 0) yield head;
-    yield* rest(it);
-  };
-}
-
-function refuseUnsafe(found: ImageInspection, declared: string | undefined, permitted: readonly string[], deep: boolean): void {
-  if (found.unsafe.length > 0) throw new InvalidImage(`Security: Image failed safety check: ${found.unsafe.join('; ')}`);
-  if (!deep) return;
-  if (declared && declared !== 'unknown' && declared !== found.format) {
-    throw new InvalidImage(`Security: Expected format was ${declared}, but image was actually ${found.format}`);
+/**
+ * Drives one sink: `body` calls `accept` with the head (through the gate) and writes. The sink is released
+ * however it ends and, after a failure once its head was accepted, wiped (a failed wipe is logged).
+ */
+async function drive<I>(sink: Sink<I>, log: Logger, body: (accept: (head: Buffer, facts: HeadFacts) => Promise<void>) => Promise<void>): Promise<void> {
+  let touched = false;
+  try {
+    await body(async (head, facts) => {
+      await sink.checkHead(head, facts);
+      touched = true;
+    });
+  } catch (err) {
+    // Whatever reached the target is unverified: once the last write landed, leave nothing that looks bootable.
+    await sink.release();
+    if (touched) await sink.wipe().catch((e) => log.warn({ sink: sink.name, err: errorText(e) }, 'could not clear a partly written image'));
+    throw err;
+  } finally {
+    await sink.release();
   }
-  if (!permitted.includes(found.format)) {
-    throw new InvalidImage(`Security: Detected image format was ${found.format}, but only ${permitted.join(', ')} are allowed`);
-  }
 }
 
-/** After a failed write: clears what was written so that a half image cannot boot; a failure here is logged. */
-async function wipeAfterFailure(device: TargetDevice, job: PipelineJob): Promise<void> {
-  const { guard, log } = job.services;
-  await clearSignatures(device.path, device.size, guard, log).catch((err) =>
-    log.warn({ device: device.path, err: errorText(err) }, 'could not clear a partly written image'),
-  );
+/** One pass of source ─▶ sniff ─▶ tap ─▶ gate ─▶ sink; `after` runs before the sink counts as done (verification). */
+async function pour(image: OpenedImage, route: Route, leg: Leg, hash: HashWorker, after: (r: SinkResult) => Promise<void>) {
+  const { meter, services } = leg.job;
+  return pipeline(image.body, async (downloaded: AsyncIterable<Buffer>) => {
+    const sniffed = await sniffCompression(downloaded);
+    const facts: HeadFacts = { totalBytes: image.totalBytes, compression: sniffed.kind };
+    const sink = await route.sink(sniffed.kind, leg);
+    let result!: SinkResult;
+    await drive(sink, services.log, async (accept) => {
+      const tapped = tap(route.hashInline(sniffed.kind) ? hash : null, meter)(sniffed.chunks);
+      await sink.write(gateFor(sniffed.kind, sink.headBytes, (head) => accept(head, facts))(tapped));
+      result = await sink.finish();
+      await after(result);
+    });
+    return { result, compression: sniffed.kind };
+  });
 }
 
-async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: ExpectedDigest): Promise<number> {
+async function streamOnce(job: PipelineJob, transfer: Transfer, expected: ExpectedDigest): Promise<number> {
   const { info, device, meter } = job;
   const { guard, log } = job.services;
-  let sink = null as BlockWriter | DeviceDecoder | null;
-  let compression: Compression = 'none';
-  let written: Buffer = Buffer.alloc(0);
-  let bytes = 0;
-  let touched = false;
-  let url = shownUrl(info.urls[0]!);
-  try {
-    // The phase includes the request, so that its logged duration is the whole transfer.
-    meter.start('stream', null);
-    const image = await fetcher.open(info.urls);
-    url = image.url;
-    meter.setTotal(image.totalBytes ?? null);
-    const checkHead = async (head: Buffer) => {
-      // Raw images are copied byte for byte and never given to qemu-img, so a container format that
-      // claims to be raw is refused here rather than written.
-      const found = inspectImage(head);
-      if (found.format !== 'raw') refuseUnsafe(found, 'raw', ['raw'], true);
-      if (compression === 'none' && image.totalBytes !== undefined && image.totalBytes > device.size) {
-        throw new TooLargeError(`the image (${image.totalBytes} bytes) is larger than ${device.path} (${device.size} bytes)`);
-      }
-      written = head;
-      touched = true;
-      await clearSignatures(device.path, device.size, guard, log);
-    };
-    const digest = await withHashWorker(expected.algo, async (hash) => {
-      await pipeline(image.body, tap(hash, meter), async (downloaded: AsyncIterable<Buffer>) => {
-        const sniffed = await sniffCompression(downloaded);
-        compression = sniffed.kind;
-        if (sniffed.kind !== 'none') {
-          const decoder = (sink = await DeviceDecoder.start(sniffed.kind, device.path, guard));
-          bytes = await decoder.write(decodedHeadGate(sniffed.kind, INSPECT_HEAD_BYTES, checkHead)(sniffed.chunks));
-        } else {
-          const writer = (sink = await BlockWriter.open(device.path, device.size, guard));
-          await pipeline(sniffed.chunks, headGate(INSPECT_HEAD_BYTES, checkHead), writer);
-          bytes = writer.written;
-        }
-      });
-      return hash.digest();
-    });
-    verifyDigest(expected, digest, info.id, url);
-  } catch (err) {
-    // Whatever reached the disk is unverified: once the last write landed, leave nothing that looks bootable.
-    await sink?.release();
-    if (touched) await wipeAfterFailure(device, job);
-    throw err;
-  } finally {
-    await sink?.release();
-  }
-  log.info({ bytes, compression, device: device.path, checksum: expected.algo }, 'image streamed and verified');
+  const leg: Leg = { job, target: new DeviceTarget(device, guard, log) };
+  // The phase includes the request, so that its logged duration is the whole transfer.
+  meter.start(ROUTES.stream.phase, null);
+  const image = await transfer.open(info.urls);
+  meter.setTotal(image.totalBytes ?? null);
+  const { result, compression } = await withHashWorker(expected.algo, (hash) =>
+    pour(image, ROUTES.stream, leg, hash, async () => verifyDigest(expected, await hash.digest(), info.id, image.url)),
+  );
+  log.info({ bytes: result.bytes, compression, device: device.path, checksum: expected.algo }, 'image streamed and verified');
   meter.start('table', null);
-  await settlePartitionTable(device, written, guard, log);
-  return bytes;
+  await settlePartitionTable(device, result.head, guard, log);
+  return result.bytes;
 }
 
-/**
- * Fills the buffer file. A compressed download is hashed as it passes (the file holds other bytes), and
- * its digest is returned; a plain download is the file itself, so it is hashed from there later (null).
- */
-async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: string, hash: HashWorker, limit: number): Promise<string | null> {
-  try {
-    const compression = await pipeline(image.body, async (downloaded: AsyncIterable<Buffer>): Promise<Compression> => {
-      const sniffed = await sniffCompression(downloaded);
-      if (sniffed.kind !== 'none') {
-        await decodeToFile(sniffed.kind, tap(hash, job.meter)(sniffed.chunks), file, limit);
-        return sniffed.kind;
-      }
-      const writer = await BlockWriter.open(file, limit, null);
-      try {
-        await pipeline(sniffed.chunks, tap(null, job.meter), writer);
-      } finally {
-        await writer.release();
-      }
-      return 'none';
-    });
-    return compression === 'none' ? null : await hash.digest();
-  } catch (err) {
-    if (err instanceof TooLargeError) {
-      // The cause says whether it was the download or, for a compressed image, what it decoded to.
-      throw new ImageDownloadOutofSpaceError(`the image does not fit in the buffer directory ${job.services.config.image.bufferDir}: ${err.details}`);
-    }
-    throw err;
-  }
-}
-
-async function readEnds(file: string, size: number): Promise<{ head: Buffer; tail: Buffer }> {
-  const fh = await open(file, 'r');
-  try {
-    const head = Buffer.alloc(Math.min(size, INSPECT_HEAD_BYTES));
-    await fh.read(head, 0, head.length, 0);
-    const tail = Buffer.alloc(Math.min(size, 512));
-    await fh.read(tail, 0, tail.length, size - tail.length);
-    return { head, tail };
-  } finally {
-    await fh.close();
-  }
-}
-
-/** Reads the image's header and footer, and refuses it unless it is an allowed format that fits the device. */
-async function inspectBuffer(job: PipelineJob, file: string): Promise<{ format: string; virtualSize: number; head: Buffer }> {
-  const { info, device } = job;
-  const { config } = job.services;
-  const size = (await stat(file)).size;
-  const { head, tail } = await readEnds(file, size);
-  const found = inspectImage(head, tail);
-  refuseUnsafe(found, info.diskFormat, config.image.permittedFormats, !config.image.disableDeepInspection);
-  const virtualSize = found.format === 'raw' ? size : found.virtualSize;
-  if (virtualSize === undefined) throw new InvalidImage(`Security: the ${found.format} header does not state a virtual size`);
-  if (virtualSize > device.size) {
-    throw new TooLargeError(`the image's virtual size (${virtualSize} bytes) is larger than ${device.path} (${device.size} bytes)`);
-  }
-  return { format: found.format, virtualSize, head };
-}
-
-/**
- * The checksum of a buffered image. One that came compressed was hashed on the way in and is checked at once.
- * A plain one is hashed from the buffer file while inspection and the device write go on: on a 2-core machine
- * the hash then does not compete with the download for CPU, and on a fast link it cannot be the download's
- * bottleneck. Only inspected bytes reach qemu-img either way; a tenant's own hostile image would arrive with a
- * valid checksum, so the inspection, not the checksum, is what guards it.
- */
-function bufferChecksum(job: PipelineJob, hash: HashWorker, file: string, inline: string | null, expected: ExpectedDigest, url: string) {
-  if (inline !== null) verifyDigest(expected, inline, job.info.id, url);
-  const checked = inline === null ? hash.digestOfFile(file).then((digest) => verifyDigest(expected, digest, job.info.id, url)) : null;
-  // Nobody waits for it when the disk cannot even be prepared; its failure must not go unhandled then.
-  checked?.catch(() => undefined);
-  let waited = false;
-  return {
-    /** Waits for the file's checksum, as a phase of its own the first time. */
-    async verify(): Promise<void> {
-      if (!checked) return;
-      if (!waited) job.meter.start('verify', null);
-      waited = true;
-      await checked;
-    },
-    /** The error to report for a failure that damaged bytes may have caused: their checksum mismatch, if any. */
-    async explain(err: unknown): Promise<unknown> {
-      if (!checked || err instanceof ImageChecksumError) return err;
-      return checked.then(
-        () => err,
-        (mismatch: unknown) => (mismatch instanceof ImageChecksumError ? mismatch : err),
-      );
-    },
-  };
-}
-
-async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: ExpectedDigest): Promise<number> {
+async function bufferOnce(job: PipelineJob, transfer: Transfer, expected: ExpectedDigest): Promise<number> {
   const { info, device, meter } = job;
   const { config, guard, log } = job.services;
-  meter.start('download', null);
-  const image = await fetcher.open(info.urls);
+  meter.start(ROUTES.buffer.phase, null);
+  const image = await transfer.open(info.urls);
   let budget;
   try {
     budget = await bufferBudget(config.image.bufferDir, image.totalBytes);
@@ -325,25 +197,20 @@ async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
     throw err;
   }
   const file = bufferPath(config.image.bufferDir, info.id);
+  const leg: Leg = { job, target: new DeviceTarget(device, guard, log), buffer: { file, limit: budget.limit } };
   try {
     meter.setTotal(image.totalBytes ?? null);
     return await withHashWorker(expected.algo, async (hash) => {
-      const inline = await downloadToBuffer(job, image, file, hash, budget.limit);
-      const checksum = bufferChecksum(job, hash, file, inline, expected, image.url);
+      const { compression } = await pour(image, ROUTES.buffer, leg, hash, async () => undefined);
+      const inline = compression === 'none' ? null : await hash.digest();
+      const checksum = bufferChecksum(meter, hash, file, inline, expected, { imageId: info.id, url: image.url });
       meter.start('inspect', null);
-      const found = await inspectBuffer(job, file).catch(async (err: unknown) => {
+      const found = await inspectBuffer(file, info.diskFormat, config, device).catch(async (err: unknown) => {
         throw await checksum.explain(err);
       });
-      await clearSignatures(device.path, device.size, guard, log);
       try {
-        const head = found.format === 'raw'
-          ? await copyFileToDevice(file, found, device, job)
-          : await convertFileToDevice(file, found, device, job);
-        await checksum.verify();
-        meter.start('table', null);
-        await settlePartitionTable(device, head, guard, log);
+        await transfer.repeat(() => bufferToDevice(found, leg, checksum.verify));
       } catch (err) {
-        await wipeAfterFailure(device, job);
         throw await checksum.explain(err);
       }
       return found.virtualSize;
@@ -353,43 +220,31 @@ async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
   }
 }
 
-type InspectedBuffer = Awaited<ReturnType<typeof inspectBuffer>>;
-
-/** Copies a raw buffer onto the device; returns its first bytes, as now on the device. */
-async function copyFileToDevice(file: string, found: InspectedBuffer, device: TargetDevice, job: PipelineJob): Promise<Buffer> {
-  job.meter.start('write', found.virtualSize);
-  const writer = await BlockWriter.open(device.path, device.size, job.services.guard);
-  try {
-    await pipeline(
-      createReadStream(file, { highWaterMark: 8 * 1024 * 1024 }),
-      async function* (source: AsyncIterable<Buffer>) {
-        for await (const chunk of source) {
-          job.meter.add(chunk.length);
-          yield chunk;
-        }
-      },
-      writer,
-    );
-  } finally {
-    await writer.release();
+/** The second leg of a buffered image: the inspected file onto the device, copied (raw) or by qemu-img. */
+async function bufferToDevice(found: InspectedBuffer, leg: Leg, verify: () => Promise<void>): Promise<void> {
+  const { meter, device, services } = leg.job;
+  const { config, guard, log } = services;
+  const facts: HeadFacts = { totalBytes: found.size, compression: 'none' };
+  const settle = async (result: SinkResult) => {
+    await verify();
+    meter.start('table', null);
+    await settlePartitionTable(device, result.head, guard, log);
+  };
+  if (found.format === 'raw') {
+    const sink = await BlockDeviceSink.open(leg.target, { inspected: true });
+    await drive(sink, log, async (accept) => {
+      await accept(found.head, facts);
+      meter.start('write', found.virtualSize);
+      await sink.write(tap(null, meter)(createReadStream(found.file, { highWaterMark: 8 * 1024 * 1024 })));
+      await settle(await sink.finish());
+    });
+    return;
   }
-  return found.head;
-}
-
-/** Converts an image onto the device with qemu-img; returns the device's first bytes. */
-async function convertFileToDevice(file: string, found: InspectedBuffer, device: TargetDevice, job: PipelineJob): Promise<Buffer> {
-  const { config, guard, log } = job.services;
-  const { virtualSize } = found;
-  job.meter.start('convert', virtualSize);
-  await convertToDevice({
-    file,
-    format: found.format,
-    device: device.path,
-    memoryLimitMiB: config.image.convertMemoryLimitMiB,
-    guard,
-    log,
-    onPercent: (p) => job.meter.set(Math.round((virtualSize * p) / 100)),
+  const sink = new QemuImgSink(leg.target, config.image.convertMemoryLimitMiB, (bytes) => meter.set(bytes));
+  await drive(sink, log, async (accept) => {
+    await accept(found.head, facts);
+    meter.start('convert', found.virtualSize);
+    await sink.write(found);
+    await settle(await sink.finish());
   });
-  await flushDevice(device.path, guard);
-  return (await readEnds(device.path, INSPECT_HEAD_BYTES)).head;
 }

@@ -1,7 +1,8 @@
 // `standby.prepare_image`, start to end: decode the config drive (a bad one leaves the disk untouched),
 // choose the root device, write the image, check that the disk now has a partition table, add the config
 // drive, and remember the partition UUIDs for `standby.get_partition_uuids`.
-import type { AgentServices, CommandContext } from '../commands/types.ts';
+import type { AgentServices } from '../services.ts';
+import type { CommandContext } from '../commands/types.ts';
 import { prepareConfigDrive, writeConfigDrivePartition, type ConfigDriveImage } from '../disk/config-drive.ts';
 import { readPartitionUuids } from '../disk/partition-uuids.ts';
 import { chooseRootDevice } from '../disk/root-device.ts';

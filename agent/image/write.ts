@@ -1,4 +1,4 @@
-// The steps around writing an image (block-writer.ts writes the bytes): clearing old signatures first,
+// The steps around writing an image (the sinks write the bytes): clearing old signatures first,
 // relocating the backup GPT and re-reading the partition table after.
 import { open, type FileHandle } from 'node:fs/promises';
 import { ImageWriteError, errorText } from '../errors.ts';

@@ -6,7 +6,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { DECODER_TOOL } from '../../agent/image/decompress.ts';
+import { DECODER_TOOL } from '../../agent/image/sniff.ts';
 import { OUT } from './vm.ts';
 
 interface Entry {

@@ -6,7 +6,7 @@ import { dirname, join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { execa } from 'execa';
 import { createAgent } from '../../agent/agent.ts';
-import type { AgentServices } from '../../agent/commands/types.ts';
+import type { AgentServices } from '../../agent/services.ts';
 import { buildConfig } from '../../agent/config/config.ts';
 import { nullLogger } from '../../agent/log.ts';
 

@@ -1,7 +1,8 @@
 // clean: the in-band cleaning steps the conductor runs between deployments. The step list and the
 // hardware-manager version come from disk/hardware-manager.ts; the steps erase every managed disk.
 import { isObject, optObject, reqObject } from '../params.ts';
-import { command, type AgentServices, type CommandContext, type Extension } from '../types.ts';
+import type { AgentServices } from '../../services.ts';
+import { command, type CommandContext, type Extension } from '../types.ts';
 import { ProgressMeter } from '../../progress.ts';
 import { CleaningError, InvalidCommandParamsError } from '../../errors.ts';
 import { cleaningTargets } from '../../disk/clean-targets.ts';

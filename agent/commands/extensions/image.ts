@@ -11,7 +11,7 @@ import { findEfiLoaders } from '../../disk/efi-loaders.ts';
 import { findEsp } from '../../disk/partition-uuids.ts';
 import { listPartitions, rescanPartitions } from '../../disk/partitions.ts';
 import { chooseRootDevice } from '../../disk/root-device.ts';
-import type { AgentServices } from '../types.ts';
+import type { AgentServices } from '../../services.ts';
 
 interface BootloaderParams {
   espUuid?: string;

@@ -40,14 +40,16 @@ export interface SinkResult {
  *   resolves. It may refuse by throwing an IPA wire error (InvalidImage, ImageWriteError); `write` then never
  *   runs. A sink that must prepare its target (clear old signatures) does so here.
  * - `write` is called at most once, with the sink's input in byte order, each byte exactly once, no gaps:
- *   plain image bytes for most sinks, the compressed bytes for a decoding sink. A resumed download is spliced
+ *   plain image bytes for most sinks, the compressed bytes for a decoding sink (qemu-img, which reads a file
+ *   itself, takes the inspected buffer file as its `Input` instead of chunks). A resumed download is spliced
  *   before it reaches the sink, so a sink never sees a resume. `write` resolves when every chunk is accepted.
  * - `finish` is called only after `write` resolved; it resolves once the bytes are durable on the target.
  * - `release` is called exactly once per opened sink, after success or failure, and is idempotent: it stops
  *   every writer and child process and resolves only when none of them can still change the target.
  *
  * Retries: a sink never retries and never sleeps. It throws, with the facts a retry needs as fields of the
- * error (see image/transfer.ts, the one owner of every retry decision); a fresh attempt opens a fresh sink.
+ * error (`restartable`, `tooLarge`, `transient`; image/transfer.ts owns every retry decision); a fresh attempt
+ * opens a fresh sink.
  *
  * `wipe` is called after `release`, only for a failed attempt whose `checkHead` resolved (the target may have
  * been touched). It guarantees that nothing the failed attempt left can boot or be mistaken for a deployed
@@ -55,13 +57,13 @@ export interface SinkResult {
  * zeroed; on a buffer file, the file is removed. It throws if it cannot; the caller logs that and reports the
  * attempt's own error.
  */
-export interface Sink {
+export interface Sink<Input = AsyncIterable<Buffer>> {
   /** For logs: `block writer`, `decoder pipe`, `buffer file`, `qemu-img`, … */
   readonly name: string;
   /** How many leading image bytes `checkHead` wants to see (0: none, it is called with an empty head). */
   readonly headBytes: number;
   checkHead(head: Buffer, facts: HeadFacts): Promise<void>;
-  write(chunks: AsyncIterable<Buffer>): Promise<void>;
+  write(input: Input): Promise<void>;
   finish(): Promise<SinkResult>;
   release(): Promise<void>;
   wipe(): Promise<void>;

@@ -1,5 +1,5 @@
 // Which compression a downloaded image came in, told by its first bytes, and the Debian tool that decodes it
-// (device-decoder.ts onto the device, file-decoder.ts into the buffer file). gzip goes through pigz rather
+// (sinks/decoder-pipe.ts onto the device, sinks/file-decoder.ts into the buffer file). gzip goes through pigz rather
 // than Node's zlib: in-process, every 32 KiB of output was a fresh Buffer, and the dead ones piled up in V8's
 // old generation until its first full collection, so the agent's peak memory grew with the image (118 MiB at
 // 4 GiB, over its 120 MB budget; 98 MiB through pigz). pigz still beats `gzip -dc`: its own threads read,

@@ -1,4 +1,4 @@
-// The last stage of the deploy data path: bytes onto a device (or the buffer file) at increasing offsets.
+// The engine of the block-device and buffer-file sinks: bytes onto a device (or a file) at increasing offsets.
 // Incoming chunks are copied into a small ring of large page-aligned blocks, and up to DEPTH block writes
 // are in flight at once, because a disk given one request at a time idles between them. When every block
 // is busy, the stream waits (back-pressure), so memory stays at DEPTH × BLOCK whatever the image size.
@@ -12,8 +12,8 @@
 import { constants } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import { Writable } from 'node:stream';
-import { ImageWriteError, errorText } from '../errors.ts';
-import type { DeviceGuard } from '../safety/device-guard.ts';
+import { ImageWriteError, errorText } from '../../errors.ts';
+import type { DeviceGuard } from '../../safety/device-guard.ts';
 
 const MiB = 1024 * 1024;
 /** One write request: large enough for full-speed sequential I/O. */
@@ -22,11 +22,6 @@ const BLOCK = 1 * MiB;
 const DEPTH = 4;
 /** O_DIRECT lengths and offsets must be multiples of the logical sector size; 4 KiB covers every disk. */
 const SECTOR_ALIGN = 4096;
-
-/** The image does not fit its target; on the wire it is an ImageWriteError like any other write failure. */
-export class TooLargeError extends ImageWriteError {
-  static override wireType = ImageWriteError.name;
-}
 
 // Node has the global, but this project's TypeScript libs (no DOM) do not declare it.
 declare const WebAssembly: { Memory: new (descriptor: { initial: number }) => { buffer: ArrayBuffer } };
@@ -123,7 +118,7 @@ export class BlockWriter extends Writable {
   private async accept(chunk: Buffer): Promise<void> {
     if (this.failure) throw this.failure;
     if (this.accepted + chunk.length > this.limit) {
-      throw new TooLargeError(`the image is larger than the ${this.limit} bytes ${this.target.path} can hold`);
+      throw new ImageWriteError(`the image is larger than the ${this.limit} bytes ${this.target.path} can hold`, { tooLarge: true });
     }
     let at = 0;
     while (at < chunk.length) {

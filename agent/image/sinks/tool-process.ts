@@ -2,7 +2,7 @@
 // (its exit status, the start of its stderr, whether it ran at all).
 import type { ChildProcess } from 'node:child_process';
 import type { Writable } from 'node:stream';
-import { ImageWriteError, InvalidImage, ToolError } from '../errors.ts';
+import { ImageWriteError, InvalidImage, ToolError } from '../../errors.ts';
 
 export interface Exit {
   code: number | null;

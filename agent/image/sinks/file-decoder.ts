@@ -6,9 +6,8 @@
 // stream would decode to.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { open, type FileHandle } from 'node:fs/promises';
-import { ImageWriteError, ToolError, errorText } from '../errors.ts';
-import { TooLargeError } from './block-writer.ts';
-import { DECODER_TOOL, type Compressed } from './decompress.ts';
+import { ImageWriteError, ToolError, errorText } from '../../errors.ts';
+import { DECODER_TOOL, type Compressed } from '../sniff.ts';
 import { assertStarted, decodeFailure, exitOf, failed, feed, reason, type Exit } from './tool-process.ts';
 
 /** Decodes `compressed` into `file` (created or truncated), at most `limit` bytes. */
@@ -37,7 +36,7 @@ export async function decodeToFile(kind: Compressed, compressed: AsyncIterable<B
     // prlimit's own status when it cannot execute the decoder: a fault of the ramdisk, not of the image.
     if (e.code === 126 || e.code === 127) throw new ToolError(`${tool} could not be started: ${reason(e)}`);
     if (e.signal === 'SIGXFSZ' || /No space left on device/.test(e.stderr)) {
-      throw new TooLargeError(`the decompressed image is larger than the ${limit} bytes ${file} can hold`);
+      throw new ImageWriteError(`the decompressed image is larger than the ${limit} bytes ${file} can hold`, { tooLarge: true });
     }
     // Unable to write the file: not a verdict on the image.
     if (/write error|Input\/output error|Disk quota/i.test(e.stderr)) {

@@ -1,0 +1,90 @@
+// The checks on a complete buffer file: inspection of its header and footer (format, safety, virtual size
+// against the device), and its checksum, which for a plain image is computed from the file while the
+// device write goes on.
+import { open, stat } from 'node:fs/promises';
+import { ImageChecksumError, ImageWriteError, InvalidImage } from '../errors.ts';
+import type { Config } from '../config/config.ts';
+import { verifyDigest, type ExpectedDigest } from './checksum.ts';
+import { refuseUnsafe } from './gates.ts';
+import type { HashWorker } from './hash-worker.ts';
+import { INSPECT_HEAD_BYTES, inspectImage } from './inspect.ts';
+import type { SinkTarget } from './sinks/sink.ts';
+import type { ProgressMeter } from '../progress.ts';
+
+export interface InspectedBuffer {
+  file: string;
+  format: string;
+  virtualSize: number;
+  /** The file's size. */
+  size: number;
+  head: Buffer;
+}
+
+async function readEnds(file: string, size: number): Promise<{ head: Buffer; tail: Buffer }> {
+  const fh = await open(file, 'r');
+  try {
+    const head = Buffer.alloc(Math.min(size, INSPECT_HEAD_BYTES));
+    await fh.read(head, 0, head.length, 0);
+    const tail = Buffer.alloc(Math.min(size, 512));
+    await fh.read(tail, 0, tail.length, size - tail.length);
+    return { head, tail };
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Reads the image's header and footer, and refuses it unless it is an allowed format that fits the device. */
+export async function inspectBuffer(file: string, declared: string | undefined, config: Config, device: SinkTarget): Promise<InspectedBuffer> {
+  const size = (await stat(file)).size;
+  const { head, tail } = await readEnds(file, size);
+  const found = inspectImage(head, tail);
+  refuseUnsafe(found, declared, config.image.permittedFormats, !config.image.disableDeepInspection);
+  const virtualSize = found.format === 'raw' ? size : found.virtualSize;
+  if (virtualSize === undefined) throw new InvalidImage(`Security: the ${found.format} header does not state a virtual size`);
+  if (virtualSize > device.size) {
+    throw new ImageWriteError(`the image's virtual size (${virtualSize} bytes) is larger than ${device.path} (${device.size} bytes)`, {
+      tooLarge: true,
+    });
+  }
+  return { file, format: found.format, virtualSize, size, head };
+}
+
+/**
+ * The checksum of a buffered image. One that came compressed was hashed on the way in and is checked at once.
+ * A plain one is hashed from the buffer file while inspection and the device write go on, so that the hash
+ * does not compete with the download for CPU (docs/performance.md). Only inspected bytes reach qemu-img
+ * either way; a tenant's own hostile image would arrive with a valid checksum, so the inspection, not the
+ * checksum, is what guards it.
+ */
+export function bufferChecksum(
+  meter: ProgressMeter,
+  hash: HashWorker,
+  file: string,
+  inline: string | null,
+  expected: ExpectedDigest,
+  where: { imageId: string; url: string },
+) {
+  if (inline !== null) verifyDigest(expected, inline, where.imageId, where.url);
+  const checked =
+    inline === null ? hash.digestOfFile(file).then((digest) => verifyDigest(expected, digest, where.imageId, where.url)) : null;
+  // Nobody waits for it when the disk cannot even be prepared; its failure must not go unhandled then.
+  checked?.catch(() => undefined);
+  let waited = false;
+  return {
+    /** Waits for the file's checksum, as a phase of its own the first time. */
+    async verify(): Promise<void> {
+      if (!checked) return;
+      if (!waited) meter.start('verify', null);
+      waited = true;
+      await checked;
+    },
+    /** The error to report for a failure that damaged bytes may have caused: their checksum mismatch, if any. */
+    async explain(err: unknown): Promise<unknown> {
+      if (!checked || err instanceof ImageChecksumError) return err;
+      return checked.then(
+        () => err,
+        (mismatch: unknown) => (mismatch instanceof ImageChecksumError ? mismatch : err),
+      );
+    },
+  };
+}

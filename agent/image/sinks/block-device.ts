@@ -1,0 +1,49 @@
+// The sink for plain image bytes onto a device: the block writer (O_DIRECT, several writes in flight).
+// Fed by the stream path's download, or by the buffer file once inspection passed.
+import type { DeviceGuard } from '../../safety/device-guard.ts';
+import { BlockWriter } from './block-writer.ts';
+import type { DeviceTarget } from './device-target.ts';
+import type { HeadFacts, Sink, SinkResult } from './sink.ts';
+import { INSPECT_HEAD_BYTES } from '../inspect.ts';
+import { pipeline } from 'node:stream/promises';
+
+export class BlockDeviceSink implements Sink {
+  readonly name = 'block device';
+  readonly headBytes = INSPECT_HEAD_BYTES;
+  private head: Buffer = Buffer.alloc(0);
+
+  private constructor(
+    private readonly target: DeviceTarget,
+    private readonly writer: BlockWriter,
+    /** The head was inspected already (a buffered image): only clear the device. */
+    private readonly inspected: boolean,
+  ) {}
+
+  static async open(target: DeviceTarget, opts: { inspected: boolean }): Promise<BlockDeviceSink> {
+    const writer = await BlockWriter.open(target.path, target.device.size, target.guard as DeviceGuard);
+    return new BlockDeviceSink(target, writer, opts.inspected);
+  }
+
+  async checkHead(head: Buffer, facts: HeadFacts): Promise<void> {
+    if (!this.inspected) this.target.refuseStreamedHead(head, facts);
+    this.head = head;
+    await this.target.clear();
+  }
+
+  async write(chunks: AsyncIterable<Buffer>): Promise<void> {
+    // The writer syncs the device when its input ends, so the bytes are durable once this resolves.
+    await pipeline(chunks, this.writer);
+  }
+
+  async finish(): Promise<SinkResult> {
+    return { bytes: this.writer.written, head: this.head };
+  }
+
+  release(): Promise<void> {
+    return this.writer.release();
+  }
+
+  wipe(): Promise<void> {
+    return this.target.clear();
+  }
+}

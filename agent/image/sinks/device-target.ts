@@ -1,0 +1,39 @@
+// What every sink that writes a device shares: the device guard, the head check of a stream onto it (a
+// container format that claims to be raw is refused, since raw bytes are copied and never given to
+// qemu-img; a plain download declared larger than the device is refused), clearing old signatures before
+// the first byte, and the wipe after a failure.
+import { ImageWriteError } from '../../errors.ts';
+import type { Logger } from '../../log.ts';
+import type { DeviceGuard } from '../../safety/device-guard.ts';
+import { refuseUnsafe } from '../gates.ts';
+import { inspectImage } from '../inspect.ts';
+import { clearSignatures } from '../write.ts';
+import type { HeadFacts, SinkTarget } from './sink.ts';
+
+export class DeviceTarget {
+  constructor(
+    readonly device: SinkTarget,
+    readonly guard: DeviceGuard,
+    readonly log: Logger,
+  ) {}
+
+  get path(): string {
+    return this.device.path;
+  }
+
+  /** The checks of a streamed head; throws before anything on the device changes. */
+  refuseStreamedHead(head: Buffer, facts: HeadFacts): void {
+    const found = inspectImage(head);
+    if (found.format !== 'raw') refuseUnsafe(found, 'raw', ['raw'], true);
+    if (facts.compression === 'none' && facts.totalBytes !== undefined && facts.totalBytes > this.device.size) {
+      throw new ImageWriteError(`the image (${facts.totalBytes} bytes) is larger than ${this.path} (${this.device.size} bytes)`, {
+        tooLarge: true,
+      });
+    }
+  }
+
+  /** Clears partition-table and filesystem signatures and the first and last MiB: before a write, and after a failed one. */
+  clear(): Promise<void> {
+    return clearSignatures(this.path, this.device.size, this.guard, this.log);
+  }
+}
