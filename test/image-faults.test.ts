@@ -12,6 +12,8 @@ import { createServer } from 'node:http';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import pino from 'pino';
 import { LogRing, type Logger } from '../agent/log.ts';
+import type { Clock } from '../agent/clock.ts';
+import { VirtualClock } from './helpers/virtual-clock.ts';
 import type { AddressInfo } from 'node:net';
 
 let loop: LoopDevice;
@@ -42,8 +44,8 @@ async function server(opts: Parameters<typeof startImageServer>[0] = {}): Promis
   return s;
 }
 
-async function deploy(urls: string[], extra: Record<string, unknown> = {}, flags: Record<string, string> = {}, log?: Logger) {
-  const agent = await startImageAgent(loop.path, flags, log);
+async function deploy(urls: string[], extra: Record<string, unknown> = {}, flags: Record<string, string> = {}, log?: Logger, clock?: Clock) {
+  const agent = await startImageAgent(loop.path, flags, log, clock);
   try {
     return await runToEnd(agent.url, 'standby.prepare_image', {
       image_info: { id: 'faults', urls, os_hash_algo: 'sha256', os_hash_value: digest, disk_format: 'raw', stream_raw_images: true, ...extra },
@@ -228,7 +230,6 @@ describe('image download faults', () => {
   it('waits as long as a 429 or 503 asks with Retry-After before the next attempt', async () => {
     const s = await server();
     const url = s.serve('img', image);
-    // Whole seconds, and read one pause later: still more than a second ahead then.
     const later = new Date(Date.now() + 3500).toUTCString();
     s.fault(
       'img',
@@ -236,15 +237,16 @@ describe('image download faults', () => {
       { kind: 'status', code: 503, headers: { 'retry-after': later } },
       { kind: 'status', code: 503, headers: { 'retry-after': 'soon' } },
     );
-    const r = await deploy([url], {}, { 'ipa-image-download-connection-retries': '3' });
+    const clock = new VirtualClock();
+    const r = await deploy([url], {}, { 'ipa-image-download-connection-retries': '3' }, undefined, clock);
     expect(r.command_error).toBeNull();
     expect(s.requests.map((q) => q.status)).toEqual([429, 503, 503, 200]);
-    // The retry interval is 50 ms: the first pause is the server's second, the next lasts until its date, and an
-    // unreadable Retry-After is ignored.
-    const [a, b, c, d] = s.requests.map((q) => q.at);
-    expect(b! - a!).toBeGreaterThanOrEqual(950);
-    expect(c! - b!).toBeGreaterThanOrEqual(950);
-    expect(d! - c!).toBeLessThan(5000);
+    // On virtual time: the first pause is the server's second, the next lasts until its date (whole seconds, so
+    // 2.5 to 3.5 s), and an unreadable Retry-After leaves the retry interval (50 ms).
+    expect(clock.sleeps[0]).toBe(1000);
+    expect(clock.sleeps[1]).toBeGreaterThan(2000);
+    expect(clock.sleeps[1]).toBeLessThanOrEqual(3500);
+    expect(clock.sleeps.slice(2)).toEqual([50]);
   });
 
   it('stops after retries + 1 requests per URL when every answer is an error, instead of starting the round again', async () => {
@@ -284,7 +286,13 @@ describe('image download faults', () => {
     const s = await server();
     const url = s.serve('img', image);
     s.fault('img', { kind: 'stall-after', bytes: 512 * 1024 });
-    const r = await deploy([url], {}, { 'ipa-image-download-connection-timeout': '30', 'ipa-image-download-max-duration': '1' });
+    const clock = new VirtualClock();
+    const result = deploy([url], {}, { 'ipa-image-download-connection-timeout': '30', 'ipa-image-download-max-duration': '60' }, undefined, clock);
+    // The body has stalled (the server sent its part): a minute passes on the agent's clock.
+    await expect.poll(() => s.requests.length).toBe(1);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    clock.advance(61_000);
+    const r = await result;
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error).toMatchObject({ type: 'ImageDownloadTimeoutError', code: 408 });
   });

@@ -1,10 +1,10 @@
-// Small typed readers for command params; every failure is an InvalidCommandParamsError naming the key.
+// Small typed readers for command params, on parse.ts's rules; every failure is an
+// InvalidCommandParamsError (HTTP 400) naming the key.
 import { InvalidCommandParamsError } from '../errors.ts';
+import { BOOLEAN_WORDS, isObject, parseBoolean } from '../parse.ts';
 import type { Params } from './types.ts';
 
-export function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
+export { isObject };
 
 export function optObject(p: Params, key: string): Record<string, unknown> | undefined {
   const v = p[key];
@@ -35,9 +35,9 @@ export function reqString(p: Params, key: string): string {
 export function optBool(p: Params, key: string): boolean | undefined {
   const v = p[key];
   if (v === undefined || v === null) return undefined;
-  if (typeof v === 'boolean') return v;
-  if (typeof v === 'string' && /^(true|false|1|0|yes|no)$/i.test(v)) return /^(true|1|yes)$/i.test(v);
-  throw new InvalidCommandParamsError(`'${key}' must be a boolean`);
+  const b = parseBoolean(v);
+  if (b === undefined) throw new InvalidCommandParamsError(`'${key}' must be a boolean (${BOOLEAN_WORDS})`);
+  return b;
 }
 
 export function optNumber(p: Params, key: string): number | undefined {

@@ -2,6 +2,7 @@
 // be redacted (driver_internal_info replaced by a notice), so nothing here depends on its contents.
 import type { NodeInfo } from '../state.ts';
 import type { TlsVersion } from '../config/config.ts';
+import { nonEmptyString, objectOr as record, parseBoolean } from '../parse.ts';
 
 export interface LookupConfig {
   heartbeatTimeoutS: number;
@@ -22,10 +23,6 @@ export interface LookupReply {
 }
 
 export class InvalidLookupReply extends Error {}
-
-function record(value: unknown): Record<string, unknown> | undefined {
-  return value && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
-}
 
 export function parseLookupReply(text: string): LookupReply {
   let doc: unknown;
@@ -59,10 +56,10 @@ export function parseLookupReply(text: string): LookupReply {
       heartbeatTimeoutS: timeout,
       agentToken: typeof raw.agent_token === 'string' ? raw.agent_token : null,
       tlsMinVersion: tls === '1.2' || tls === '1.3' ? tls : undefined,
-      tlsCipherSuites: typeof raw.tls_cipher_suites === 'string' && raw.tls_cipher_suites !== '' ? raw.tls_cipher_suites : undefined,
-      md5Enabled: typeof raw.agent_md5_checksum_enable === 'boolean' ? raw.agent_md5_checksum_enable : undefined,
-      disableDeepImageInspection:
-        typeof raw.disable_deep_image_inspection === 'boolean' ? raw.disable_deep_image_inspection : undefined,
+      tlsCipherSuites: nonEmptyString(raw.tls_cipher_suites),
+      // A value that is no boolean is ignored, and the agent's own setting stands.
+      md5Enabled: parseBoolean(raw.agent_md5_checksum_enable),
+      disableDeepImageInspection: parseBoolean(raw.disable_deep_image_inspection),
       permittedImageFormats:
         Array.isArray(formats) && formats.every((f) => typeof f === 'string') ? (formats as string[]) : undefined,
       raw,

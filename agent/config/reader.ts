@@ -1,10 +1,9 @@
 // Typed reads over the merged parameter map. Each read remembers the name, so that a flag nobody
 // reads can be reported as unknown; each bad value fails with a one-line error naming the parameter.
 
-export class ConfigError extends Error {}
+import { BOOLEAN_WORDS, parseBoolean } from '../parse.ts';
 
-const TRUE = new Set(['1', 'true', 'yes', 'on', 't', 'y']);
-const FALSE = new Set(['0', 'false', 'no', 'off', 'f', 'n', '']);
+export class ConfigError extends Error {}
 
 export class ParamReader {
   private readonly read = new Set<string>();
@@ -33,10 +32,9 @@ export class ParamReader {
   bool(name: string, fallback: boolean): boolean {
     const v = this.raw(name);
     if (v === undefined) return fallback;
-    const low = v.toLowerCase();
-    if (TRUE.has(low)) return true;
-    if (FALSE.has(low)) return false;
-    return this.fail(name, v, 'expected a boolean (1/0, true/false, yes/no, on/off)');
+    // `ipa-foo=` on the kernel command line: given, but empty, reads as off.
+    if (v === '') return false;
+    return parseBoolean(v) ?? this.fail(name, v, `expected a boolean (${BOOLEAN_WORDS})`);
   }
 
   num(name: string, fallback: number, opts: { min?: number; max?: number; integer?: boolean } = {}): number {

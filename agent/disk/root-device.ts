@@ -1,7 +1,7 @@
 // Chooses the disk to deploy to: the node's root device hints if any, else the smallest disk of at
 // least 4 GiB; never a skipped device, never one the device guard refuses. Callers choose once per command.
 import type { AgentServices } from '../services.ts';
-import { isObject } from '../commands/params.ts';
+import { isObject } from '../parse.ts';
 import { DeviceNotFound } from '../errors.ts';
 import { ipaView, listBlockDevices, type BlockDevice } from './block-devices.ts';
 import { matchesHints } from './hints.ts';

@@ -1,7 +1,7 @@
 // Devices the agent must leave alone: its own `ipa-skip-block-devices` paths plus the node's
 // `properties.skip_block_devices` hint sets (entries naming RAID volumes are not block devices here).
 import type { AgentServices } from '../services.ts';
-import { isObject } from '../commands/params.ts';
+import { isObject } from '../parse.ts';
 import { DeviceNotFound } from '../errors.ts';
 import type { BlockDevice } from './block-devices.ts';
 import { ipaView } from './block-devices.ts';

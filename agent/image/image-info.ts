@@ -1,7 +1,7 @@
 // `image_info` as the conductor sends it, parsed once into a typed object. Every problem is an
 // InvalidCommandParamsError, in IPA's order and words where IPA has words for it.
 import { InvalidCommandParamsError } from '../errors.ts';
-import { isObject } from '../commands/params.ts';
+import { BOOLEAN_WORDS, isObject, parseBoolean } from '../parse.ts';
 import { hashAlgoFor, type ImageHashAlgo } from './checksum.ts';
 import { shownUrl } from './url-credentials.ts';
 
@@ -139,9 +139,9 @@ function parseUrls(info: Record<string, unknown>): string[] {
 function parseBool(info: Record<string, unknown>, key: string): boolean {
   const v = info[key];
   if (v === undefined || v === null) return false;
-  if (typeof v === 'boolean') return v;
-  if (typeof v === 'string') return /^(true|1|yes|on)$/i.test(v);
-  throw bad(`image_info '${key}' must be a boolean`);
+  const b = parseBoolean(v);
+  if (b === undefined) throw bad(`image_info '${key}' must be a boolean (${BOOLEAN_WORDS}), got ${JSON.stringify(v)}`);
+  return b;
 }
 
 export function parseImageInfo(value: unknown, policy: ImageInfoPolicy): ImageInfo {

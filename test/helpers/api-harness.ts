@@ -1,5 +1,6 @@
 // Runs an agent in-process on an ephemeral loopback port, for black-box API tests over real HTTP.
 import { createAgent, type Agent } from '../../agent/agent.ts';
+import type { Clock } from '../../agent/clock.ts';
 import type { Extension } from '../../agent/commands/types.ts';
 import { buildConfig } from '../../agent/config/config.ts';
 import { nullLogger, type Logger } from '../../agent/log.ts';
@@ -14,12 +15,13 @@ export async function startAgent(
   flags: Record<string, string> = {},
   registry?: Readonly<Record<string, Extension>>,
   log: Logger = nullLogger,
+  clock?: Clock,
 ): Promise<RunningAgent> {
   const config = buildConfig(
     new Map(),
     new Map(Object.entries({ standalone: 'true', 'ipa-listen-host': '127.0.0.1', 'ipa-listen-port': '0', ...flags })),
   );
-  const agent = createAgent(config, log, registry);
+  const agent = createAgent(config, log, registry, clock);
   const server = await agent.listen();
   return { agent, url: `http://127.0.0.1:${server.port}`, close: () => server.close() };
 }

@@ -4,17 +4,25 @@ import { open } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import { execa } from 'execa';
 import { call, startAgent, type RunningAgent } from './api-harness.ts';
+import type { Clock } from '../../agent/clock.ts';
 import type { Logger } from '../../agent/log.ts';
+import { VirtualClock } from './virtual-clock.ts';
 
-/** Short timeouts and retry intervals so fault tests take seconds. */
+/** Short timeouts (real time: undici's) and retry intervals, so fault tests take seconds. */
 export const FAST_FLAGS: Record<string, string> = {
   'ipa-image-download-connection-timeout': '1',
   'ipa-image-download-connection-retries': '2',
   'ipa-image-download-connection-retry-interval': '0.05',
 };
 
-export async function startImageAgent(device: string, flags: Record<string, string> = {}, log?: Logger): Promise<RunningAgent> {
-  const running = await startAgent({ 'device-allowlist': device, ...FAST_FLAGS, ...flags }, undefined, log);
+/** An agent limited to `device`; its retry pauses run on `clock`, virtual time unless a test needs the wall's. */
+export async function startImageAgent(
+  device: string,
+  flags: Record<string, string> = {},
+  log?: Logger,
+  clock: Clock = new VirtualClock(),
+): Promise<RunningAgent> {
+  const running = await startAgent({ 'device-allowlist': device, ...FAST_FLAGS, ...flags }, undefined, log, clock);
   running.agent.services.state.update({
     node: { uuid: 'ina-test-node', properties: { root_device: { name: device } }, instance_info: {}, driver_internal_info: {} },
   });

@@ -1,0 +1,36 @@
+// One set of rules for values that come from outside (kernel parameters and config files, command params,
+// image_info, the lookup reply): what counts as an object, a string, a boolean. Each caller wraps a refusal
+// in its own error (a config error, HTTP 400, an ignored lookup key); the rules themselves are here only.
+
+export function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** `v` when it is an object, else undefined. */
+export function objectOr(v: unknown): Record<string, unknown> | undefined {
+  return isObject(v) ? v : undefined;
+}
+
+/** `v` when it is a non-empty string, else undefined. */
+export function nonEmptyString(v: unknown): string | undefined {
+  return typeof v === 'string' && v !== '' ? v : undefined;
+}
+
+const TRUE = new Set(['1', 'true', 'yes', 'on', 't', 'y']);
+const FALSE = new Set(['0', 'false', 'no', 'off', 'f', 'n']);
+
+/** The words a boolean may be written as, for error messages. */
+export const BOOLEAN_WORDS = '1/0, true/false, yes/no, on/off, t/f, y/n';
+
+/**
+ * A boolean: JSON true/false, or one of BOOLEAN_WORDS in any case (oslo's strict reading). Anything else
+ * (`"maybe"`, a number other than 0/1 as text, an object) is undefined, which every caller refuses.
+ */
+export function parseBoolean(v: unknown): boolean | undefined {
+  if (typeof v === 'boolean') return v;
+  if (typeof v !== 'string') return undefined;
+  const word = v.trim().toLowerCase();
+  if (TRUE.has(word)) return true;
+  if (FALSE.has(word)) return false;
+  return undefined;
+}
