@@ -34,6 +34,9 @@ async function main(): Promise<void> {
   setFlagsFromString('--liftoff-only');
   const config = readConfig();
   const log = createLogger({ debug: config.debug, file: config.logFile });
+  if (config.notActedOn.length > 0) {
+    log.warn({ params: config.notActedOn }, `accepted for IPA compatibility but not acted on: ${config.notActedOn.join(', ')}`);
+  }
   const agent = createAgent(config, log);
   const { state } = agent.services;
   installLastWords({ log, state, executor: agent.executor, statusFile: config.statusFile });

@@ -51,6 +51,11 @@ describe('configuration', () => {
     expect(() => parseFlags(['stray'])).toThrow(/unexpected argument "stray"/);
   });
 
+  it('names the IPA parameters it accepts without acting on them, so that main.ts can warn once', () => {
+    expect(build('ipa-disk-wait-attempts=5 ipa-disk-wait-delay=1', ['--standalone']).notActedOn).toEqual(['ipa-disk-wait-attempts', 'ipa-disk-wait-delay']);
+    expect(build('', ['--standalone']).notActedOn).toEqual([]);
+  });
+
   it('reads the command line from the file --kernel-cmdline names', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'ina-cfg-'));
     await writeFile(join(dir, 'cmdline'), 'ipa-api-url=http://127.0.0.1:6385 ipa-listen-port=1234\n');

@@ -35,10 +35,10 @@ export interface Config {
     nicWaitS: number;
   };
   hardwareInitDelayS: number;
+  /** IPA parameters that were given but that the agent does not act on; main.ts warns about them once. */
+  notActedOn: string[];
   disks: {
     allowlist: string[] | null;
-    waitAttempts: number;
-    waitDelayS: number;
     skipBlockDevices: string[];
   };
   image: {
@@ -62,6 +62,12 @@ export interface Config {
 }
 
 const API_URL = /^(mdns|https?:\/\/.+)$/;
+
+/**
+ * Accepted so that a kernel command line written for IPA still boots, but not acted on: IPA waits for the
+ * install disk at start; this agent looks for it when a deploy asks (docs/ipa-compat.md).
+ */
+const NOT_ACTED_ON = ['ipa-disk-wait-attempts', 'ipa-disk-wait-delay'];
 
 export function buildConfig(kernel: ReadonlyMap<string, string>, flags: ReadonlyMap<string, string>): Config {
   const merged = new Map([...kernel, ...flags]);
@@ -110,10 +116,9 @@ export function buildConfig(kernel: ReadonlyMap<string, string>, flags: Readonly
       nicWaitS: r.num('ipa-nic-wait-timeout', 60, { min: 0 }),
     },
     hardwareInitDelayS: r.num('ipa-hardware-initialization-delay', 0, { min: 0 }),
+    notActedOn: NOT_ACTED_ON.filter((name) => r.given(name)),
     disks: {
       allowlist: allow.length > 0 ? allow : null,
-      waitAttempts: r.num('ipa-disk-wait-attempts', 10, { integer: true, min: 1 }),
-      waitDelayS: r.num('ipa-disk-wait-delay', 3, { min: 0 }),
       skipBlockDevices: r.list('ipa-skip-block-devices'),
     },
     image: {

@@ -61,6 +61,11 @@ export class ParamReader {
     return v.split(',').map((s) => s.trim()).filter((s) => s !== '');
   }
 
+  /** Whether `name` was given at all (counts as read). */
+  given(name: string): boolean {
+    return this.raw(name) !== undefined;
+  }
+
   check(name: string, value: string, ok: boolean, want: string): void {
     if (!ok) this.fail(name, value, want);
   }
