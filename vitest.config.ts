@@ -1,13 +1,36 @@
 import { defineConfig } from 'vitest/config';
 
+/**
+ * Tests that need root: loop devices, device writes, blkio throttling, spawned agents on devices. Everything
+ * else is the fast project (`npm run test:fast`): no root, no devices, seconds on a laptop. docs/testing.md.
+ */
+const DEVICE = [
+  'test/agent-crash-restart.test.ts',
+  'test/device-guard.test.ts',
+  'test/disk-bootloader.test.ts',
+  'test/disk-clean.test.ts',
+  'test/disk-config-drive-write.test.ts',
+  'test/disk-partition-uuids.test.ts',
+  'test/disk-root-device.test.ts',
+  'test/http-fin-backpressure.test.ts',
+  'test/image-block-writer.test.ts',
+  'test/image-deploy.test.ts',
+  'test/image-device-decoder.test.ts',
+  'test/image-faults.test.ts',
+  'test/image-refusals.test.ts',
+];
+const ELSEWHERE = ['test/ironic/**', 'test/e2e/**', 'node_modules/**'];
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
-    exclude: ['test/ironic/**', 'test/e2e/**', 'node_modules/**'],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     // Loop devices and disks are machine-wide; two workers keep the 2-core CI busy without thrashing.
     pool: 'forks',
     maxWorkers: 2,
+    projects: [
+      { extends: true, test: { name: 'fast', include: ['test/**/*.test.ts'], exclude: [...ELSEWHERE, ...DEVICE] } },
+      { extends: true, test: { name: 'device', include: DEVICE } },
+    ],
   },
 });

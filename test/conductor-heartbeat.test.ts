@@ -8,7 +8,6 @@ import type { Clock } from '../agent/clock.ts';
 import { Heartbeater, type BeatEvent, type HeartbeatTarget } from '../agent/conductor/heartbeat.ts';
 import { IronicApi } from '../agent/conductor/ironic-api.ts';
 import { ConductorLink } from '../agent/conductor/link.ts';
-import { nicMacs } from '../agent/conductor/nics.ts';
 import { nullLogger } from '../agent/log.ts';
 import { linkedConfig } from './helpers/linked-config.ts';
 import { FakeConductor } from './helpers/fake-conductor.ts';
@@ -187,9 +186,10 @@ describe('heartbeat schedule', () => {
   });
 });
 
-const macs = await nicMacs();
-if (macs.length === 0) console.warn(`${import.meta.url}: tests needing a NIC skipped: no physical NIC with a MAC in /sys/class/net`);
-describe.skipIf(macs.length === 0)('early heartbeat after an async command (link)', () => {
+// The NIC list is handed to the link, so these run on any host, with or without a physical NIC.
+const macs = ['52:54:00:12:34:56'];
+const nics = async () => macs;
+describe('early heartbeat after an async command (link)', () => {
   it('heartbeats again once the command ends, not before 5 s, while the periodic one is minutes away', async () => {
     let finish: () => void = () => {};
     const fake = await FakeConductor.start({ nodes: [{ macs }] });
@@ -199,7 +199,7 @@ describe.skipIf(macs.length === 0)('early heartbeat after an async command (link
       test: { slow: command({ mode: 'async', parse: () => ({}), run: () => new Promise<void>((r) => (finish = r)) }) },
     });
     const clock = new VirtualClock(0);
-    const link = new ConductorLink(agent, config, nullLogger, { clock });
+    const link = new ConductorLink(agent, config, nullLogger, { clock, nics });
     cleanups.push(() => link.stop());
     clock.advanceTo(clock.now());
     await link.start();

@@ -26,6 +26,8 @@ export interface LinkOptions {
   random?: () => number;
   /** A restart (token rejected, simulated power cycle) failed for good; main.ts exits on it. */
   onFatal?: (err: Error) => void;
+  /** Where the NICs' MACs come from: sysfs, unless a harness hands in its own. */
+  nics?: () => Promise<string[]>;
 }
 
 interface Boot {
@@ -164,7 +166,7 @@ export class ConductorLink {
     const version = (boot.version = await versions.get(signal));
     this.state.update({ phase: 'waiting for network', conductorUrl: this.api.current });
     await this.clock.sleep(this.config.hardwareInitDelayS * 1000, signal);
-    boot.macs = await waitForNicMacs(this.config.lookup.nicWaitS, this.clock, signal);
+    boot.macs = await waitForNicMacs(this.config.lookup.nicWaitS, this.clock, signal, this.opts.nics);
     if (boot.macs.length === 0) {
       throw new NoNetworkError(`no network interface with a MAC address appeared within ${this.config.lookup.nicWaitS} s`);
     }

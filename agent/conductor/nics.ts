@@ -25,10 +25,10 @@ export async function nicMacs(dir = SYS_NET): Promise<string[]> {
 }
 
 /** Polls until a NIC with a MAC shows up (drivers may still be loading), for at most `timeoutS`. */
-export async function waitForNicMacs(timeoutS: number, clock: Clock, signal?: AbortSignal): Promise<string[]> {
+export async function waitForNicMacs(timeoutS: number, clock: Clock, signal?: AbortSignal, read: () => Promise<string[]> = nicMacs): Promise<string[]> {
   const deadline = clock.now() + timeoutS * 1000;
   for (;;) {
-    const macs = await nicMacs();
+    const macs = await read();
     const left = deadline - clock.now();
     if (macs.length > 0 || left <= 0 || signal?.aborted) return macs;
     await clock.sleep(Math.min(1000, left), signal);
