@@ -29,7 +29,7 @@ function die(err: unknown): never {
 
 async function main(): Promise<void> {
   // undici parses HTTP with a WebAssembly module. V8's optimizing compiler would compile it a second
-  // time in the background, which measured 35 MB of peak memory; the baseline compiler alone parses
+  // time in the background, at a cost in peak memory (docs/performance.md); the baseline compiler alone parses
   // image downloads just as fast (their bodies are counted, not scanned). Must precede the first request.
   setFlagsFromString('--liftoff-only');
   const config = readConfig();

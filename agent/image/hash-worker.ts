@@ -1,6 +1,6 @@
 // The image checksum, computed on a worker thread so that hashing overlaps the download and the disk
-// writes instead of taking turns with them on the main thread (md5 runs at about 700 MiB/s on one core,
-// slower than the disk). The downloaded bytes are copied into a small ring of shared memory, and the worker
+// writes instead of taking turns with them on the main thread (md5 on one core can be slower than the
+// disk: docs/performance.md). The downloaded bytes are copied into a small ring of shared memory, and the worker
 // hashes each slot in order, then hands it back; no chunk is cloned between the threads, so memory stays at
 // SLOTS × SLOT_BYTES whatever the image size. A buffered image can instead be hashed from its file
 // (`digestOfFile`), which the worker reads on its own while the main thread goes on.

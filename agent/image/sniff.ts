@@ -1,9 +1,7 @@
 // Which compression a downloaded image came in, told by its first bytes, and the Debian tool that decodes it
 // (sinks/decoder-pipe.ts onto the device, sinks/file-decoder.ts into the buffer file). gzip goes through pigz rather
-// than Node's zlib: in-process, every 32 KiB of output was a fresh Buffer, and the dead ones piled up in V8's
-// old generation until its first full collection, so the agent's peak memory grew with the image (118 MiB at
-// 4 GiB, over its 120 MB budget; 98 MiB through pigz). pigz still beats `gzip -dc`: its own threads read,
-// write and check the CRC beside the one that inflates.
+// than Node's zlib: in-process, the agent's peak memory grew with the image, through pigz it stays flat
+// (docs/decisions.md, docs/performance.md).
 import { readAtLeast, rest } from './peek.ts';
 
 export type Compression = 'gzip' | 'zstd' | 'xz' | 'none';

@@ -3,9 +3,8 @@
 // are in flight at once, because a disk given one request at a time idles between them. When every block
 // is busy, the stream waits (back-pressure), so memory stays at DEPTH × BLOCK whatever the image size.
 //
-// Devices are written with O_DIRECT. Through the page cache, the same image took about 1.4× as long as
-// `dd oflag=direct` here, and the final sync paid for most of it; direct writes skip that copy and keep
-// the disk busy from the first block. O_DIRECT wants page-aligned memory, which ordinary Buffers are not,
+// Devices are written with O_DIRECT: through the page cache the final sync paid for most of a slower write
+// (docs/performance.md); direct writes skip that copy and keep the disk busy from the first block. O_DIRECT wants page-aligned memory, which ordinary Buffers are not,
 // hence WebAssembly memory (V8 maps it on page boundaries). Only a last piece shorter than a sector goes
 // through the page cache. The image buffer file is written through the page cache, one block at a time
 // (the ring still lets the download run ahead), and never synced.
@@ -139,7 +138,7 @@ export class BlockWriter extends Writable {
     const position = this.accepted - this.fill;
     const write = () => this.writeAt(this.blocks[slot]!, length, position);
     // A file gets one write at a time: writers to one file queue on its inode lock, and parallel ones
-    // mostly spin there (measured alone: 0.5–0.8 s of system CPU per GiB into tmpfs, against 0.3 s).
+    // mostly spin there (docs/performance.md).
     const started = this.target.direct ? write() : this.lastWrite.then(write);
     this.lastWrite = this.inFlight[slot] = started.catch((err: Error) => {
       this.failure ??= err;

@@ -1,7 +1,7 @@
 // Compressed images on the stream path: the decoder (pigz, zstd or xz) writes into `dd` through a kernel
 // pipe, and dd writes the device with O_DIRECT, so the decoded bytes (often several times the download)
-// never pass through the agent. Carried through Node, they made the deploy take 1.08–1.18× `curl | zstd
-// -dc | dd` on two cores, and made the agent's memory grow with a gzip image; now zstd takes 0.74–0.99×.
+// never pass through the agent: carried through Node they cost time and, for gzip, memory that grew with the
+// image (docs/performance.md).
 // The agent still sees the decoded head before anything is written: the gate (gates.ts) decodes it with a
 // throwaway decoder and hands it to checkHead.
 import { spawn, type ChildProcess } from 'node:child_process';

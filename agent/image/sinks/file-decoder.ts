@@ -1,8 +1,6 @@
 // Compressed images on the buffered path: the decoder's stdout is the buffer file itself, so the decoded
-// bytes never pass through the agent. Read back through a pipe, pigz's output was slow to come (2 GiB in
-// 7.3–7.5 s, where Node's zlib took 3.8–4.6 in-process, both timed inside Node); written by pigz into tmpfs,
-// the same 2 GiB took 5.7–5.8 s against 6.1–6.4 for zlib writing that file from Node. The decoder runs
-// under RLIMIT_FSIZE (prlimit), so the kernel stops it at the bytes the buffer may take, however much a
+// bytes never pass through the agent: reading pigz's output back through a pipe was slower than letting it
+// write the file (docs/performance.md, "Figures from code comments"). The decoder runs under RLIMIT_FSIZE (prlimit), so the kernel stops it at the bytes the buffer may take, however much a
 // stream would decode to.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { open, type FileHandle } from 'node:fs/promises';
