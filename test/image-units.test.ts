@@ -7,7 +7,7 @@ import { detectCompression } from '../agent/image/sniff.ts';
 import { bypassesProxy } from '../agent/image/dispatchers.ts';
 import { parseImageInfo } from '../agent/image/image-info.ts';
 import { INSPECT_HEAD_BYTES, inspectImage } from '../agent/image/inspect.ts';
-import { headHasGpt } from '../agent/image/write.ts';
+import { headHasGpt } from '../agent/image/settle.ts';
 import { relocateBackupGpt } from '../agent/image/gpt.ts';
 import { shownUrl, splitCredentials } from '../agent/image/url-credentials.ts';
 import { copyFile, open } from 'node:fs/promises';

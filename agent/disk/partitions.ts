@@ -47,10 +47,11 @@ async function isBlockDevice(path: string): Promise<boolean> {
 /**
  * Makes the kernel's partition list match the on-disk table, and waits until the node of every partition
  * in `expect` exists. `partx -u` updates partitions one by one (BLKPG), which works even when the disk is
- * busy or the whole-table re-read (BLKRRPART) is refused; the re-read is the fallback.
+ * busy or the whole-table re-read (BLKRRPART) is refused; the re-read is the fallback. `synced`: the caller
+ * flushed its own writes already, so the system-wide `sync` first is not needed.
  */
-export async function rescanPartitions(disk: string, log?: Logger, expect: number[] = []): Promise<void> {
-  await run('sync', [], { log });
+export async function rescanPartitions(disk: string, log?: Logger, expect: number[] = [], opts: { synced?: boolean } = {}): Promise<void> {
+  if (!opts.synced) await run('sync', [], { log });
   const diskName = kernelNameOf(disk);
   const ready = async (): Promise<boolean> => {
     for (const n of expect) {

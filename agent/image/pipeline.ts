@@ -30,7 +30,7 @@ import type { HeadFacts, Sink, SinkResult, SinkTarget } from './sinks/sink.ts';
 import { sniffCompression, type Compression } from './sniff.ts';
 import { Transfer, type OpenedImage } from './transfer.ts';
 import { shownUrl } from './url-credentials.ts';
-import { settlePartitionTable } from './write.ts';
+import { settlePartitionTable } from './settle.ts';
 
 export interface PipelineJob {
   services: Pick<AgentServices, 'config' | 'log' | 'guard' | 'clock'>;

@@ -2,12 +2,12 @@
 // container format that claims to be raw is refused, since raw bytes are copied and never given to
 // qemu-img; a plain download declared larger than the device is refused), clearing old signatures before
 // the first byte, and the wipe after a failure.
-import { ImageWriteError } from '../../errors.ts';
+import { AgentError, ImageWriteError, errorText } from '../../errors.ts';
 import type { Logger } from '../../log.ts';
 import type { DeviceGuard } from '../../safety/device-guard.ts';
 import { refuseUnsafe } from '../gates.ts';
 import { inspectImage } from '../inspect.ts';
-import { clearSignatures } from '../write.ts';
+import { clearSignatures } from '../../disk/signatures.ts';
 import type { HeadFacts, SinkTarget } from './sink.ts';
 
 export class DeviceTarget {
@@ -33,7 +33,12 @@ export class DeviceTarget {
   }
 
   /** Clears partition-table and filesystem signatures and the first and last MiB: before a write, and after a failed one. */
-  clear(): Promise<void> {
-    return clearSignatures(this.path, this.device.size, this.guard, this.log);
+  async clear(): Promise<void> {
+    try {
+      await clearSignatures(this.path, this.device.size, this.guard, this.log);
+    } catch (err) {
+      if (err instanceof AgentError) throw err;
+      throw new ImageWriteError(`cannot clear the signatures of ${this.path}: ${errorText(err)}`);
+    }
   }
 }

@@ -6,7 +6,7 @@ import { open } from 'node:fs/promises';
 import { ImageWriteError } from '../../errors.ts';
 import { spawnTool } from '../../exec.ts';
 import { INSPECT_HEAD_BYTES } from '../inspect.ts';
-import { flushDevice } from '../write.ts';
+import { flushDevice } from '../settle.ts';
 import type { DeviceTarget } from './device-target.ts';
 import type { Sink, SinkResult } from './sink.ts';
 

@@ -1,13 +1,12 @@
-// The steps around writing an image (the sinks write the bytes): clearing old signatures first,
-// relocating the backup GPT and re-reading the partition table after.
+// After an image is on the device: flushing the device's cache (after a tool wrote it with O_DIRECT),
+// relocating the backup GPT to the disk's real end and making the kernel read the new table.
 import { open, type FileHandle } from 'node:fs/promises';
 import { ImageWriteError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
+import { rescanPartitions } from '../disk/partitions.ts';
 import { relocateBackupGpt } from './gpt.ts';
 import type { Logger } from '../log.ts';
 import type { DeviceGuard } from '../safety/device-guard.ts';
-
-const MiB = 1024 * 1024;
 
 async function openDevice(path: string, guard: DeviceGuard): Promise<FileHandle> {
   await guard.assertWritable(path, 'write to');
@@ -15,24 +14,6 @@ async function openDevice(path: string, guard: DeviceGuard): Promise<FileHandle>
     return await open(path, 'r+');
   } catch (err) {
     throw new ImageWriteError(`cannot open ${path} for writing: ${errorText(err)}`);
-  }
-}
-
-/**
- * Clears partition-table and filesystem signatures, and zeroes the first and last MiB, so that nothing of
- * an older, larger layout (a backup GPT at the disk's end, RAID or LVM labels) survives the new image.
- */
-export async function clearSignatures(device: string, sizeBytes: number, guard: DeviceGuard, log: Logger): Promise<void> {
-  await guard.assertWritable(device, 'clear the signatures of');
-  await run('wipefs', ['--all', '--force', device], { log });
-  const fh = await openDevice(device, guard);
-  try {
-    const zeros = Buffer.alloc(Math.min(MiB, sizeBytes));
-    await fh.write(zeros, 0, zeros.length, 0);
-    await fh.write(zeros, 0, zeros.length, sizeBytes - zeros.length);
-    await fh.datasync();
-  } finally {
-    await fh.close();
   }
 }
 
@@ -73,15 +54,8 @@ export async function settlePartitionTable(
       await run('sgdisk', ['-e', device.path], { log }).catch((err) => log.warn({ device: device.path, err: errorText(err) }, 'sgdisk -e failed'));
     }
   }
-  await rereadPartitions(device.path, log);
-}
-
-export async function rereadPartitions(device: string, log: Logger): Promise<void> {
-  try {
-    await run('blockdev', ['--rereadpt', device], { log });
-  } catch {
-    await run('partprobe', [device], { log }).catch((err) => log.warn({ device, err: errorText(err) }, 'partprobe failed'));
-  }
+  // Every sink synced the device when it finished.
+  await rescanPartitions(device.path, log, [], { synced: true });
 }
 
 /** Whether a disk image's head holds a GPT header (at LBA 1 for 512-byte or 4 KiB sectors). */
