@@ -9,7 +9,7 @@ import { gzipSync } from 'node:zlib';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigDriveError } from '../agent/errors.ts';
-import { MAX_CONFIG_DRIVE_BYTES, prepareConfigDrive } from '../agent/disk/config-drive.ts';
+import { MAX_CONFIG_DRIVE_BYTES, prepareConfigDrive } from '../agent/configdrive/prepare.ts';
 import { buildIso, diskServices, toWire } from './helpers/configdrive.ts';
 
 const services = diskServices([], { 'ipa-image-download-connection-retries': '2', 'ipa-image-download-connection-retry-interval': '0' });

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ConfigDriveError, ProtectedDeviceError } from '../agent/errors.ts';
-import { prepareConfigDrive, writeConfigDrivePartition, type ConfigDriveImage } from '../agent/disk/config-drive.ts';
+import { prepareConfigDrive, writeConfigDrivePartition, type ConfigDriveImage } from '../agent/configdrive/prepare.ts';
 import { DEFAULT_FILES, buildIso, diskServices, toWire } from './helpers/configdrive.ts';
 import { MiB, withLoops } from './helpers/loop.ts';
 

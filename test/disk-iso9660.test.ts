@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { InvalidImage } from '../agent/errors.ts';
-import { readIsoFiles } from '../agent/disk/iso9660.ts';
+import { readIsoFiles } from '../agent/configdrive/iso9660.ts';
 
 const FILES: Record<string, Buffer> = {
   'openstack/latest/meta_data.json': Buffer.from('{"uuid": "u"}'),

@@ -3,7 +3,7 @@
 // drive, and remember the partition UUIDs for `standby.get_partition_uuids`.
 import type { AgentServices } from '../services.ts';
 import type { CommandContext } from '../commands/types.ts';
-import { prepareConfigDrive, writeConfigDrivePartition, type ConfigDriveImage } from '../disk/config-drive.ts';
+import { prepareConfigDrive, writeConfigDrivePartition, type ConfigDriveImage } from '../configdrive/prepare.ts';
 import { readPartitionUuids } from '../disk/partition-uuids.ts';
 import { chooseRootDevice } from '../disk/root-device.ts';
 import { DeploymentError, errorText } from '../errors.ts';

@@ -8,7 +8,7 @@ import { dirname, join } from 'node:path';
 import type { Logger } from '../log.ts';
 import { ConfigDriveError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
-import type { ConfigDriveImage } from './config-drive.ts';
+import type { ConfigDriveImage } from './prepare.ts';
 import { readIsoFiles } from './iso9660.ts';
 
 const MTOOLS_ENV = { MTOOLS_SKIP_CHECK: '1' };

@@ -9,12 +9,12 @@ import { join } from 'node:path';
 import type { AgentServices } from '../services.ts';
 import { ConfigDriveError } from '../errors.ts';
 import { run } from '../exec.ts';
-import { rebuildAsVfat } from './config-drive-fat.ts';
-import { isConfigDriveLabel } from './config-drive-format.ts';
-import type { ConfigDriveImage } from './config-drive.ts';
-import { listPartitions, rescanPartitions, tableType, type Partition } from './partitions.ts';
-import { mbrTailRegion, readTable, tailPlacement, MiB, type Region } from './partition-table.ts';
-import { kernelNameOf, partitionName, readSys, SYS_BLOCK } from './sysfs.ts';
+import { rebuildAsVfat } from './fat.ts';
+import { isConfigDriveLabel } from './format.ts';
+import type { ConfigDriveImage } from './prepare.ts';
+import { listPartitions, rescanPartitions, tableType, type Partition } from '../disk/partitions.ts';
+import { mbrTailRegion, readTable, tailPlacement, MiB, type Region } from '../disk/partition-table.ts';
+import { kernelNameOf, partitionName, readSys, SYS_BLOCK } from '../disk/sysfs.ts';
 
 export const CONFIG_DRIVE_PARTITION_BYTES = 64 * MiB;
 

@@ -3,9 +3,9 @@
 import { Inflate } from 'pako';
 import type { AgentServices } from '../services.ts';
 import { ConfigDriveError } from '../errors.ts';
-import { downloadConfigDrive } from './config-drive-fetch.ts';
+import { downloadConfigDrive } from './fetch.ts';
 import { shownUrl } from '../image/url-credentials.ts';
-import { CONFIG_DRIVE_LABEL, identifyDrive, isConfigDriveLabel, isGzip, type DriveFormat } from './config-drive-format.ts';
+import { CONFIG_DRIVE_LABEL, identifyDrive, isConfigDriveLabel, isGzip, type DriveFormat } from './format.ts';
 
 export const MAX_CONFIG_DRIVE_BYTES = 64 * 1024 * 1024;
 
@@ -91,4 +91,4 @@ export async function prepareConfigDrive(services: Pick<AgentServices, 'config' 
   return check(unwrap(decodeBase64(text, 'inline value'), 'inline value'), 'inline value');
 }
 
-export { writeConfigDrivePartition } from './config-drive-partition.ts';
+export { writeConfigDrivePartition } from './partition.ts';
