@@ -52,11 +52,6 @@ async function main(): Promise<void> {
   }
 
   if (config.standalone) {
-    agent.services.host.on('simulated-restart', (action) => {
-      log.info({ action }, 'simulated power action: forgetting token and history');
-      agent.executor.reset();
-      state.setToken(config.token.agentToken ?? null);
-    });
     const server = await agent.listen();
     state.update({ phase: 'serving' });
     log.info({ port: server.port, standalone: true, allowlist: config.disks.allowlist }, 'agent API listening');
