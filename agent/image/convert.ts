@@ -3,7 +3,7 @@
 // `-p` output. IPA asks for `-t directsync`, which makes every write wait for the disk's cache; one flush
 // of the device after the conversion gives the same durability and measured 20% faster here.
 import { ImageWriteError } from '../errors.ts';
-import { spawnTool } from '../exec.ts';
+import { mortal, spawnTool } from '../exec.ts';
 import type { Logger } from '../log.ts';
 import type { DeviceGuard } from '../safety/device-guard.ts';
 
@@ -37,7 +37,7 @@ export async function convertToDevice(opts: {
     opts.signal?.throwIfAborted();
     await opts.guard.assertWritable(opts.device, 'convert an image onto');
     opts.log.info({ cmd: `prlimit ${args.join(' ')}`, attempt }, 'converting image');
-    const child = spawnTool('prlimit', args, {
+    const child = spawnTool(...mortal('prlimit', args), {
       env: { MALLOC_ARENA_MAX: '3', LC_ALL: 'C' },
       buffer: { stdout: false, stderr: true },
       stdin: 'ignore',
