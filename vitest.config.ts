@@ -18,6 +18,8 @@ const DEVICE = [
   'test/image-device-decoder.test.ts',
   'test/image-faults.test.ts',
   'test/image-refusals.test.ts',
+  'test/robust-cancel.test.ts',
+  'test/robust-kill.test.ts',
 ];
 const ELSEWHERE = ['test/ironic/**', 'test/e2e/**', 'node_modules/**'];
 

@@ -4,6 +4,11 @@ import type { Config } from '../config/config.ts';
 import type { AgentServices } from '../services.ts';
 
 export interface CommandContext extends AgentServices {
+  /**
+   * Aborted when the command is cancelled (the agent forgets its commands, or stops). A command that writes
+   * stops its writers and tools on it, waits for them to exit, and leaves the disk as after a failed write.
+   */
+  signal: AbortSignal;
   /** While an async command runs, whatever it reports here is its `command_result`. */
   progress(report: unknown): void;
 }

@@ -4,6 +4,7 @@
 // Also the refusals every path shares (a container format disguised as raw, an unsafe header).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { InvalidImage } from '../errors.ts';
+import { mortal } from '../exec.ts';
 import { readAtLeast, rest } from './peek.ts';
 import type { ImageInspection } from './inspect.ts';
 import { DECODER_TOOL, type Compressed, type Compression } from './sniff.ts';
@@ -38,7 +39,7 @@ class HeadProbe {
     private readonly kind: Compressed,
     private readonly bytes: number,
   ) {
-    this.child = spawn(DECODER_TOOL[kind], ['-dc'], { stdio: ['pipe', 'pipe', 'pipe'] });
+    this.child = spawn(...mortal(DECODER_TOOL[kind], ['-dc']), { stdio: ['pipe', 'pipe', 'pipe'] });
     this.exit = exitOf(this.child);
     // The probe may be stopped while it is still being fed.
     this.child.stdin!.on('error', () => undefined);

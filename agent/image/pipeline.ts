@@ -37,6 +37,8 @@ export interface PipelineJob {
   info: ImageInfo;
   device: SinkTarget;
   meter: ProgressMeter;
+  /** The command's cancellation: every transfer and tool stops, and the disk is cleared as after a failure. */
+  signal?: AbortSignal;
 }
 
 interface Leg {
@@ -86,6 +88,7 @@ export async function writeImage(job: PipelineJob): Promise<{ path: 'stream' | '
     authorization: job.info.authorization,
     log,
     clock,
+    cancel: job.signal,
   });
   const path = job.info.streamRaw && job.info.diskFormat === 'raw' ? 'stream' : 'buffer';
   try {
@@ -149,6 +152,11 @@ async function drive<I>(sink: Sink<I>, log: Logger, body: (accept: (head: Buffer
   }
 }
 
+/** A pipeline's options: a cancelled command destroys every stage, which stops its tools and writers. */
+function cancelOption(job: PipelineJob): { signal?: AbortSignal } {
+  return job.signal ? { signal: job.signal } : {};
+}
+
 /** One pass of source ─▶ sniff ─▶ tap ─▶ gate ─▶ sink; `after` runs before the sink counts as done (verification). */
 async function pour(image: OpenedImage, route: Route, leg: Leg, hash: HashWorker, after: (r: SinkResult) => Promise<void>) {
   const { meter, services } = leg.job;
@@ -164,7 +172,7 @@ async function pour(image: OpenedImage, route: Route, leg: Leg, hash: HashWorker
       await after(result);
     });
     return { result, compression: sniffed.kind };
-  });
+  }, cancelOption(leg.job));
 }
 
 async function streamOnce(job: PipelineJob, transfer: Transfer, expected: ExpectedDigest): Promise<number> {
@@ -208,6 +216,7 @@ async function bufferOnce(job: PipelineJob, transfer: Transfer, expected: Expect
       const found = await inspectBuffer(file, info.diskFormat, config, device).catch(async (err: unknown) => {
         throw await checksum.explain(err);
       });
+      leg.job.signal?.throwIfAborted();
       try {
         await transfer.repeat(() => bufferToDevice(found, leg, checksum.verify));
       } catch (err) {
@@ -235,12 +244,13 @@ async function bufferToDevice(found: InspectedBuffer, leg: Leg, verify: () => Pr
     await drive(sink, log, async (accept) => {
       await accept(found.head, facts);
       meter.start('write', found.virtualSize);
-      await sink.write(tap(null, meter)(createReadStream(found.file, { highWaterMark: 8 * 1024 * 1024 })));
+      const file = createReadStream(found.file, { highWaterMark: 8 * 1024 * 1024, ...cancelOption(leg.job) });
+      await sink.write(tap(null, meter)(file));
       await settle(await sink.finish());
     });
     return;
   }
-  const sink = new QemuImgSink(leg.target, config.image.convertMemoryLimitMiB, (bytes) => meter.set(bytes));
+  const sink = new QemuImgSink(leg.target, config.image.convertMemoryLimitMiB, (bytes) => meter.set(bytes), leg.job.signal);
   await drive(sink, log, async (accept) => {
     await accept(found.head, facts);
     meter.start('convert', found.virtualSize);

@@ -38,6 +38,8 @@ export interface TransferPolicy {
   authorization?: string;
   log: Logger;
   clock: Clock;
+  /** The command was cancelled: whatever is in flight or waiting stops at once, and nothing is retried. */
+  cancel?: AbortSignal;
 }
 
 export interface OpenedImage {
@@ -69,7 +71,8 @@ export class Transfer {
     const { clock, maxDurationMs } = policy;
     this.deadline = maxDurationMs > 0 ? clock.now() + maxDurationMs : 0;
     // Aborts whatever is in flight when the deadline passes, stalled transfers included.
-    this.http = new ImageHttp(dispatchers, policy.authorization, maxDurationMs > 0 ? clock.timeout(maxDurationMs) : undefined);
+    const signals = [policy.cancel, maxDurationMs > 0 ? clock.timeout(maxDurationMs) : undefined].filter((s) => s !== undefined);
+    this.http = new ImageHttp(dispatchers, policy.authorization, signals.length > 0 ? AbortSignal.any(signals) : undefined);
   }
 
   /**
@@ -82,7 +85,7 @@ export class Transfer {
       try {
         return await attempt();
       } catch (err) {
-        if (!this.restartable(err, wrongDigests) || n >= this.policy.retries) throw err;
+        if (this.policy.cancel?.aborted || !this.restartable(err, wrongDigests) || n >= this.policy.retries) throw err;
         this.policy.log.warn({ attempt: n, err: errorText(err) }, 'image transfer failed, starting again from byte zero');
         await this.pause(this.policy.retryIntervalMs);
         this.checkDeadline();
@@ -99,7 +102,7 @@ export class Transfer {
       try {
         return await step();
       } catch (err) {
-        if (!(err instanceof ImageWriteError && err.transient) || n >= STEP_ATTEMPTS) throw err;
+        if (this.policy.cancel?.aborted || !(err instanceof ImageWriteError && err.transient) || n >= STEP_ATTEMPTS) throw err;
         this.policy.log.warn({ attempt: n, err: errorText(err) }, 'a tool ran out of memory, running it again');
       }
     }
@@ -122,10 +125,12 @@ export class Transfer {
   /** Sleeps between attempts, never past the deadline. */
   private async pause(ms: number): Promise<void> {
     const left = this.deadline > 0 ? Math.max(0, this.deadline - this.policy.clock.now()) : ms;
-    await this.policy.clock.sleep(Math.min(ms, left));
+    await this.policy.clock.sleep(Math.min(ms, left), this.policy.cancel);
+    this.policy.cancel?.throwIfAborted();
   }
 
   private checkDeadline(): void {
+    this.policy.cancel?.throwIfAborted();
     if (this.deadline > 0 && this.policy.clock.now() > this.deadline) {
       throw new ImageDownloadTimeoutError('The image download did not finish within ipa-image-download-max-duration');
     }

@@ -6,6 +6,7 @@
 // throwaway decoder and hands it to checkHead.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { ImageWriteError } from '../../errors.ts';
+import { mortal } from '../../exec.ts';
 import { INSPECT_HEAD_BYTES } from '../inspect.ts';
 import { DECODER_TOOL, type Compressed } from '../sniff.ts';
 import type { DeviceTarget } from './device-target.ts';
@@ -41,11 +42,11 @@ export class DecoderPipe implements Sink {
     await target.guard.assertWritable(device, 'write an image to');
     // Whole 1 MiB blocks from the pipe (iflag=fullblock): dd drops O_DIRECT for good after its first short
     // write, which a pipe would otherwise give it at once. One fdatasync at the end, as for raw images.
-    const dd = spawn('dd', [`of=${device}`, 'bs=1M', 'iflag=fullblock', 'oflag=direct', 'conv=fdatasync'], {
+    const dd = spawn(...mortal('dd', [`of=${device}`, 'bs=1M', 'iflag=fullblock', 'oflag=direct', 'conv=fdatasync']), {
       stdio: ['pipe', 'ignore', 'pipe'],
       env: { ...process.env, LC_ALL: 'C' },
     });
-    const decoder = spawn(DECODER_TOOL[kind], ['-dc'], { stdio: ['pipe', dd.stdin!, 'pipe'] });
+    const decoder = spawn(...mortal(DECODER_TOOL[kind], ['-dc']), { stdio: ['pipe', dd.stdin!, 'pipe'] });
     // The decoder holds the pipe's write end now; dd sees the end of its input when the decoder exits.
     dd.stdin!.destroy();
     return new DecoderPipe(kind, target, decoder, dd);

@@ -4,7 +4,7 @@
 // (docs/decisions.md).
 import { open } from 'node:fs/promises';
 import { ImageWriteError } from '../../errors.ts';
-import { spawnTool } from '../../exec.ts';
+import { mortal, spawnTool } from '../../exec.ts';
 import { INSPECT_HEAD_BYTES } from '../inspect.ts';
 import { flushDevice } from '../settle.ts';
 import type { DeviceTarget } from './device-target.ts';
@@ -36,6 +36,8 @@ export class QemuImgSink implements Sink<InspectedFile> {
     private readonly memoryLimitMiB: number,
     /** Bytes converted so far, as qemu-img's percentage tells. */
     private readonly onProgress: (bytes: number) => void,
+    /** The command's cancellation: qemu-img is killed, and write() settles once it has exited. */
+    private readonly signal?: AbortSignal,
   ) {}
 
   /** The head was inspected with the whole file; the device is cleared before qemu-img starts. */
@@ -52,12 +54,14 @@ export class QemuImgSink implements Sink<InspectedFile> {
       'qemu-img', 'convert', '-p', '-f', input.format, '-O', 'host_device', '-t', 'none', '-S', '0', '-W',
       input.file, device,
     ];
+    this.signal?.throwIfAborted();
     await guard.assertWritable(device, 'convert an image onto');
     log.info({ cmd: `prlimit ${args.join(' ')}` }, 'converting image');
-    const child = (this.child = spawnTool('prlimit', args, {
+    const child = (this.child = spawnTool(...mortal('prlimit', args), {
       env: { MALLOC_ARENA_MAX: '3', LC_ALL: 'C' },
       buffer: { stdout: false, stderr: true },
       stdin: 'ignore',
+      ...(this.signal ? { cancelSignal: this.signal, forceKillAfterDelay: 2000 } : {}),
     }));
     child.stdout?.setEncoding('utf8').on('data', (text: string) => {
       const last = [...text.matchAll(/\((\d+(?:\.\d+)?)\/100%\)/g)].at(-1);
@@ -66,6 +70,7 @@ export class QemuImgSink implements Sink<InspectedFile> {
     try {
       await child;
     } catch (err) {
+      this.signal?.throwIfAborted();
       const f = err as ToolFailure;
       const stderr = String(f.stderr ?? '').trim().slice(0, 2000);
       throw new ImageWriteError(
