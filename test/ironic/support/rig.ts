@@ -127,7 +127,8 @@ export async function createRig(name: string, opts: RigOptions = {}): Promise<Ri
         await bm.run(['node', verb, uuid, ...args]);
         return waitForState(bm, uuid, target, { explain }, timeoutMs);
       },
-      lookups: async () => (await ironic.apiLog()).split('\n').filter((l) => /"GET \/v1\/lookup\?[^"]*" status: 200/.test(l)).length,
+      // 21.4 logs `"GET /v1/lookup?…" status: 200`, sid `GET /v1/lookup?… - 200 (…ms)`
+      lookups: async () => (await ironic.apiLog()).split('\n').filter((l) => /"GET \/v1\/lookup\?[^"]*" status: 200| GET \/v1\/lookup\?\S* - 200 /.test(l)).length,
       explain,
       close,
     };
