@@ -1,5 +1,6 @@
-// The agent's own command history (GET /v1/commands/, what the conductor reads on every heartbeat), read
-// with the agent token as a current conductor does (the API masks it, so it comes from Ironic's database).
+// The agent's own command history (GET /v1/commands/, what the conductor reads on every heartbeat), read as
+// this conductor reads it: with the agent token for sid (the API masks it, so it comes from Ironic's database),
+// without for 21.4 (a tokened GET would switch the agent's adaptive rule on, and 21.4's own GETs would fail).
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { Agent, fetch as undiciFetch } from 'undici';
@@ -28,8 +29,8 @@ export async function agentCommands(rig: Rig): Promise<CommandView[]> {
   const node = await rig.node();
   const url = node.driver_internal_info.agent_url;
   if (typeof url !== 'string') throw new Error('Ironic holds no agent_url for the node');
-  const token = encodeURIComponent(await agentToken(rig));
-  const res = await undiciFetch(`${url}/v1/commands/?agent_token=${token}`, { dispatcher: insecure });
+  const query = rig.ironic.kind === 'sid' ? `?agent_token=${encodeURIComponent(await agentToken(rig))}` : '';
+  const res = await undiciFetch(`${url}/v1/commands/${query}`, { dispatcher: insecure });
   if (res.status !== 200) throw new Error(`GET ${url}/v1/commands/: HTTP ${res.status} ${await res.text()}`);
   return ((await res.json()) as { commands: CommandView[] }).commands;
 }
