@@ -144,6 +144,9 @@ export class DeploymentError extends AgentError {
 export class CleaningError extends AgentError {
   static override summary = 'Clean step failed';
 }
+export class ServicingError extends AgentError {
+  static override summary = 'Service step failed';
+}
 export class BlockDeviceError extends AgentError {
   static override summary = 'Block device caused unknown error';
 }

@@ -57,6 +57,11 @@ async function main(): Promise<void> {
 
   if (config.standalone) {
     const server = await agent.listen();
+    agent.services.host.on('quiesce', (reason) => {
+      void server.close();
+      setInterval(() => undefined, 2 ** 30);
+      state.update({ phase: reason === 'lockdown' ? 'locked down' : 'rescued' });
+    });
     state.update({ phase: 'serving' });
     log.info({ port: server.port, standalone: true, allowlist: config.disks.allowlist }, 'agent API listening');
     stopOn(agent, config, log, () => server.close());

@@ -2,6 +2,7 @@
 import { createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAgent, type Agent } from '../agent/agent.ts';
+import { system } from '../agent/commands/extensions/system.ts';
 import { command, type Extension } from '../agent/commands/types.ts';
 import { ConductorLink } from '../agent/conductor/link.ts';
 import { nullLogger } from '../agent/log.ts';
@@ -48,7 +49,7 @@ function linked(apiUrl: string, flags: Record<string, string> = {}): Linked {
     'simulated-reboot-delay': '0.05',
     ...flags,
   });
-  const agent = createAgent(config, nullLogger, { test: testExt });
+  const agent = createAgent(config, nullLogger, { test: testExt, system });
   const fatal: Error[] = [];
   const link = new ConductorLink(agent, config, nullLogger, { random: () => 0, onFatal: (e) => fatal.push(e), nics });
   cleanups.push(() => link.stop());
@@ -215,6 +216,24 @@ describe('conductor link', () => {
     }
     await expect(bare.commands()).rejects.toThrow(/401/);
     expect(await tokened.commands()).toEqual([]);
+  });
+
+  it('system.lockdown: the reply arrives, then the API and the heartbeat stop for good and no new boot starts', async () => {
+    const fake = await conductor({ nodes: [{ macs }], heartbeatTimeout: 1 });
+    const node = [...fake.nodes.values()][0]!;
+    const { agent, link } = linked(fake.url);
+    await link.start();
+    await fake.waitFor(() => fake.heartbeats.length >= 1, 'a heartbeat');
+    const client = fake.clientFor(node.uuid);
+    cleanups.push(() => client.close());
+    expect(await client.command('system.lockdown', {})).toMatchObject({ command_status: 'SUCCEEDED', command_result: null });
+    await expect.poll(() => agent.services.state.status.phase, { timeout: 5000 }).toBe('locked down');
+    await expect(client.commands()).rejects.toThrow(/ECONNREFUSED|Connection to agent failed/);
+    const seen = fake.heartbeats.length;
+    const lookups = fake.lookups.length;
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(fake.heartbeats.length).toBe(seen);
+    expect(fake.lookups.length).toBe(lookups);
   });
 
   it('serves plain HTTP and omits agent_verify_ca below 1.68', async () => {

@@ -173,7 +173,7 @@ describe('deploy steps and partition UUIDs', () => {
     try {
       const steps = await runToEnd(agent.url, 'deploy.get_deploy_steps', { node: {}, ports: [] });
       const list = steps.command_result.deploy_steps.GenericHardwareManager;
-      expect(list).toContainEqual(expect.objectContaining({ step: 'write_image', interface: 'deploy', priority: 80 }));
+      expect(list).toContainEqual(expect.objectContaining({ step: 'write_image', interface: 'deploy', priority: 0 }));
       const version = steps.command_result.hardware_manager_version;
 
       expect((await runToEnd(agent.url, 'standby.get_partition_uuids', {})).command_result).toEqual({});

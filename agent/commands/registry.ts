@@ -3,7 +3,10 @@ import { clean } from './extensions/clean.ts';
 import { deploy } from './extensions/deploy.ts';
 import { image } from './extensions/image.ts';
 import { log } from './extensions/log.ts';
+import { rescue } from './extensions/rescue.ts';
+import { service } from './extensions/service.ts';
 import { standby } from './extensions/standby.ts';
+import { system } from './extensions/system.ts';
 import type { Extension } from './types.ts';
 
 export const extensions: Readonly<Record<string, Extension>> = {
@@ -12,4 +15,7 @@ export const extensions: Readonly<Record<string, Extension>> = {
   clean,
   image,
   log,
+  service,
+  rescue,
+  system,
 };

@@ -57,6 +57,8 @@ export class ConductorLink {
   /** Restarts run one after another, never interleaved with each other. */
   private queue: Promise<void> = Promise.resolve();
   private closed = false;
+  /** Keeps the process alive once quiesced (lockdown, rescue): the agent must idle, not exit. */
+  private idle?: NodeJS.Timeout;
 
   constructor(
     private readonly agent: Agent,
@@ -76,6 +78,22 @@ export class ConductorLink {
     });
     agent.executor.on('async-done', () => this.boot?.heartbeater?.force());
     agent.services.host.on('simulated-restart', (action) => void this.powerCycle(action));
+    agent.services.host.on('quiesce', (reason) => void this.quiesce(reason));
+  }
+
+  /** Lockdown or rescue: no API, no heartbeat, no new boot; the process idles until it is stopped. */
+  quiesce(reason: string): Promise<void> {
+    this.boot?.abort.abort();
+    return this.enqueue(async () => {
+      this.closed = true;
+      const boot = this.boot;
+      this.boot = undefined;
+      await boot?.heartbeater?.stop();
+      await boot?.server?.close();
+      this.idle ??= setInterval(() => undefined, 2 ** 30);
+      this.state.update({ phase: reason === 'lockdown' ? 'locked down' : 'rescued' });
+      this.log.info({ reason }, 'API and heartbeat stopped; idling');
+    });
   }
 
   private get state() {
@@ -107,6 +125,7 @@ export class ConductorLink {
 
   async stop(): Promise<void> {
     this.closed = true;
+    if (this.idle) clearInterval(this.idle);
     await this.shutdown();
     await this.api.close();
   }

@@ -55,6 +55,8 @@ export interface Config {
   erase: { randomPasses: number; finalZeroPass: boolean; discardFirst: boolean };
   hostActions: 'simulated' | 'real';
   simulatedRebootDelayS: number;
+  /** Where rescue writes the rescue password and user: `/` in a ramdisk; outside one only if given. */
+  rescueRoot?: string;
   logFile?: string;
   statusFile?: string;
   console: { device?: string; shell: boolean };
@@ -139,6 +141,7 @@ export function buildConfig(kernel: ReadonlyMap<string, string>, flags: Readonly
     },
     hostActions: r.oneOf('host-actions', ['simulated', 'real'] as const, 'simulated'),
     simulatedRebootDelayS: r.num('simulated-reboot-delay', 2, { min: 0 }),
+    rescueRoot: r.str('ina-rescue-root') ?? (merged.get('host-actions') === 'real' ? '/' : undefined),
     logFile: r.str('log-file'),
     statusFile: r.str('status-file'),
     console: { device: r.str('console-device'), shell: r.bool('ina-console-shell', false) },

@@ -11,6 +11,8 @@ export interface Probe {
   uuid: string | null;
   /** GPT partition GUID, or `<disk id>-<nn>` on MBR. */
   partuuid: string | null;
+  /** GPT partition name (PARTLABEL), or null. */
+  partLabel: string | null;
   /** GPT partition type GUID, or the MBR type byte as `0xef`. */
   partType: string | null;
   /** Partition-table type of a whole disk: `gpt`, `dos`, or null. */
@@ -38,6 +40,7 @@ export async function probe(dev: string, log?: Logger): Promise<Probe> {
     label: get('LABEL'),
     uuid: get('UUID'),
     partuuid: get('PART_ENTRY_UUID'),
+    partLabel: get('PART_ENTRY_NAME'),
     partType: get('PART_ENTRY_TYPE'),
     ptType: get('PTTYPE'),
     ptUuid: get('PTUUID'),

@@ -2,7 +2,7 @@
 // (the ramdisk's init passes it); everywhere else the action is simulated: the agent behaves as if it
 // had just booted again (forgets token and history, looks itself up anew), and the host is untouched.
 import { EventEmitter } from 'node:events';
-import { writeFile } from 'node:fs/promises';
+import { readdir, writeFile } from 'node:fs/promises';
 import { SystemRebootError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
 import type { Logger } from '../log.ts';
@@ -12,7 +12,11 @@ export type PowerAction = 'poweroff' | 'reboot';
 export interface HostActionEvents {
   /** A simulated power-off or reboot happened; main.ts restarts the agent's "boot" on it. */
   'simulated-restart': [PowerAction];
+  /** Lockdown or rescue: stop the API and the heartbeat for good, and idle without exiting. */
+  quiesce: [QuiesceReason];
 }
+
+export type QuiesceReason = 'lockdown' | 'rescue';
 
 export class HostActions extends EventEmitter<HostActionEvents> {
   constructor(
@@ -44,6 +48,30 @@ export class HostActions extends EventEmitter<HostActionEvents> {
     setTimeout(() => {
       this.perform(action).catch((err) => this.log.error({ action, err: errorText(err) }, 'power action failed'));
     }, delayMs).unref();
+  }
+
+  /**
+   * After `delayMs` (the command's reply goes first): stop serving and heartbeating for good; on lockdown also
+   * take every network interface down, for real only in a ramdisk (elsewhere the host's NICs are only named).
+   */
+  quiesce(reason: QuiesceReason, delayMs = 500): void {
+    this.log.info({ reason, mode: this.mode }, 'agent going quiet');
+    setTimeout(() => {
+      this.emit('quiesce', reason);
+      if (reason === 'lockdown') this.nicsDown().catch((err) => this.log.error({ err: errorText(err) }, 'lockdown: taking NICs down failed'));
+    }, delayMs).unref();
+  }
+
+  private async nicsDown(): Promise<void> {
+    const nics = (await readdir('/sys/class/net')).filter((n) => n !== 'lo').sort();
+    if (this.mode === 'simulated') {
+      this.log.warn({ nics }, 'lockdown simulated: network interfaces left up (outside a ramdisk)');
+      return;
+    }
+    for (const nic of nics) {
+      await run('ip', ['link', 'set', nic, 'down'], { log: this.log }).catch((e) => this.log.warn({ nic, err: errorText(e) }, 'ip link set down failed'));
+    }
+    this.log.info({ nics }, 'lockdown: network interfaces down');
   }
 
   private async perform(action: PowerAction): Promise<void> {

@@ -3,7 +3,8 @@
 # Debian's archive with python3-ironic pinned, cached in /var/cache/ironic-node-agent/ironic-sid/root.
 # A chroot is reused when its stamp (ROOT/.ina-stamp: suite and package list) matches this script's and
 # dpkg inside it reports the pinned version; otherwise it is built anew beside it and swapped in.
-# Prints the chroot's path. Env: INA_SID_CACHE (default /var/cache/ironic-node-agent/ironic-sid),
+# The archive this project reaches may be a frozen mirror whose Release file has expired, hence
+# Check-Valid-Until false (the signatures are still checked). Prints the chroot's path. Env: INA_SID_CACHE (default /var/cache/ironic-node-agent/ironic-sid),
 # INA_SID_MIRROR (default http://deb.debian.org/debian).
 set -euo pipefail
 CACHE=${INA_SID_CACHE:-/var/cache/ironic-node-agent/ironic-sid}
@@ -37,6 +38,7 @@ t0=$(date +%s)
 echo "ironic-sid: building the sid chroot with ${PKGS[*]} (log: $CACHE/build.log, about 11 min)" >&2
 if ! mmdebstrap --variant=apt --include="$(IFS=,; echo "${PKGS[*]}")" \
      --aptopt='APT::Install-Recommends "false"' \
+     --aptopt='Acquire::Check-Valid-Until "false"' \
      --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
      sid "$NEW" "$MIRROR" >"$CACHE/build.log" 2>&1; then
   tail -30 "$CACHE/build.log" >&2

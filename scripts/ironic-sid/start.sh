@@ -70,7 +70,7 @@ fi
 
 URL="http://127.0.0.1:$API_PORT"
 t0=$(date +%s%N)
-for _ in $(seq 1 360); do
+for _ in $(seq 1 720); do
   for pf in "$RUN"/*.pid; do
     kill -0 "$(cat "$pf")" 2>/dev/null || {
       echo "start.sh: $(basename "$pf" .pid) exited; last log lines:" >&2
@@ -93,6 +93,6 @@ ENV
   fi
   sleep 0.25
 done
-echo "start.sh: Ironic did not come up within 90 s; logs in $RUN/log" >&2
+echo "start.sh: Ironic did not come up within 180 s; logs in $RUN/log" >&2
 "$HERE/stop.sh" "$RUN" >&2 || true
 exit 1

@@ -8,7 +8,8 @@
 #        IRONIC_API_PORT=N          default: a free ephemeral port
 #        IRONIC_FAST_TRACK=true|false (default true), IRONIC_REQUIRE_TLS=true|false (default false)
 #        IRONIC_HEARTBEAT_TIMEOUT=S (default 10), IRONIC_CALLBACK_TIMEOUT=S (default 300)
-# Writes RUN_DIR/api-url and RUN_DIR/env (OS_* variables for the `baremetal` CLI); prints the API URL.
+# Also serves [deploy]http_root at [deploy]http_url (a static HTTP server on a free port).
+# Writes RUN_DIR/api-url, RUN_DIR/http-url and RUN_DIR/env (OS_* variables for the `baremetal` CLI); prints the API URL.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RUN=${1:?usage: start.sh RUN_DIR}
@@ -30,12 +31,14 @@ free_port() {
 }
 API_PORT=${IRONIC_API_PORT:-$(free_port)}
 RPC_PORT=$(free_port)
+HTTP_PORT=$(free_port)
+HTTP_URL="http://127.0.0.1:$HTTP_PORT"
 RPC=none; [ "$MODE" = split ] && RPC=json-rpc
 
 sed -e "s#@RUN@#$RUN#g" -e "s#@RPC@#$RPC#g" -e "s#@API_PORT@#$API_PORT#g" -e "s#@JSON_RPC_PORT@#$RPC_PORT#g" \
     -e "s#@FAST_TRACK@#${IRONIC_FAST_TRACK:-true}#g" -e "s#@REQUIRE_TLS@#${IRONIC_REQUIRE_TLS:-false}#g" \
     -e "s#@HEARTBEAT_TIMEOUT@#${IRONIC_HEARTBEAT_TIMEOUT:-10}#g" \
-    -e "s#@CALLBACK_TIMEOUT@#${IRONIC_CALLBACK_TIMEOUT:-300}#g" \
+    -e "s#@CALLBACK_TIMEOUT@#${IRONIC_CALLBACK_TIMEOUT:-300}#g" -e "s#@HTTP_URL@#$HTTP_URL#g" \
     "$HERE/ironic.conf.in" > "$RUN/ironic.conf"
 
 if [ ! -s "$RUN/state/ironic.sqlite" ]; then
@@ -50,6 +53,9 @@ start_daemon() { # name
     > "$RUN/log/$name.stdout" 2>&1 < /dev/null &
   echo $! > "$RUN/$name.pid"
 }
+# [deploy]http_url: a static server on http_root (ipxe configs, and images with image_download_source=local)
+setsid "$PY" -m http.server --bind 127.0.0.1 --directory "$RUN/httpboot" "$HTTP_PORT" > "$RUN/log/http.log" 2>&1 < /dev/null &
+echo $! > "$RUN/http.pid"
 if [ "$MODE" = single ]; then
   start_daemon ironic
 else
@@ -59,7 +65,7 @@ fi
 
 URL="http://127.0.0.1:$API_PORT"
 t0=$(date +%s%N)
-for _ in $(seq 1 240); do
+for _ in $(seq 1 720); do
   for pf in "$RUN"/*.pid; do
     kill -0 "$(cat "$pf")" 2>/dev/null || {
       echo "start.sh: $(basename "$pf" .pid) exited; last log lines:" >&2
@@ -70,6 +76,7 @@ for _ in $(seq 1 240); do
   done
   if curl -fsS -H 'X-OpenStack-Ironic-API-Version: 1.31' "$URL/v1/drivers" 2>/dev/null | grep -q '"fake-hardware"'; then
     echo "$URL" > "$RUN/api-url"
+    echo "$HTTP_URL" > "$RUN/http-url"
     cat > "$RUN/env" <<ENV
 export OS_AUTH_TYPE=none
 export OS_ENDPOINT=$URL
@@ -81,6 +88,6 @@ ENV
   fi
   sleep 0.25
 done
-echo "start.sh: Ironic did not come up within 60 s; logs in $RUN/log" >&2
+echo "start.sh: Ironic did not come up within 180 s; logs in $RUN/log" >&2
 "$HERE/stop.sh" "$RUN" >&2 || true
 exit 1

@@ -3,7 +3,7 @@
 # their sessions, and nothing else.
 set -uo pipefail
 RUN=${1:?usage: stop.sh RUN_DIR}
-for pf in "$RUN"/ironic.pid "$RUN"/ironic-api.pid "$RUN"/ironic-conductor.pid; do
+for pf in "$RUN"/ironic.pid "$RUN"/ironic-api.pid "$RUN"/ironic-conductor.pid "$RUN"/http.pid; do
   [ -f "$pf" ] || continue
   pid=$(cat "$pf")
   # the daemon is its session's leader (setsid), so -pid is its process group
@@ -12,4 +12,4 @@ for pf in "$RUN"/ironic.pid "$RUN"/ironic-api.pid "$RUN"/ironic-conductor.pid; d
   kill -KILL -- "-$pid" 2>/dev/null || true
   rm -f "$pf"
 done
-rm -f "$RUN/api-url"
+rm -f "$RUN/api-url" "$RUN/http-url"

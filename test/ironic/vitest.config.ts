@@ -11,7 +11,7 @@ export default defineConfig({
     fileParallelism: false,
     maxWorkers: 1,
     testTimeout: 300_000,
-    hookTimeout: 120_000,
+    hookTimeout: 300_000,
     // phases are printed at the end; the default reporter would interleave them
     reporters: ['default'],
   },

@@ -33,7 +33,7 @@ function eraseOptions(services: AgentServices): EraseOptions {
   };
 }
 
-const runners: Record<string, (ctx: CommandContext) => Promise<unknown>> = {
+export const runners: Record<string, (ctx: CommandContext) => Promise<unknown>> = {
   async erase_devices_metadata(services) {
     const disks = await cleaningTargets(services);
     for (const d of disks) await eraseMetadata(services, d.path, d.size);

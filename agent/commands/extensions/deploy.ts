@@ -1,18 +1,33 @@
-// deploy: the in-band deploy steps this agent offers. Only `write_image` exists; it runs the same code as
-// `standby.prepare_image`, and a bad `image_info` becomes this command's FAILED result (not an HTTP 400).
+// deploy: the in-band deploy steps this agent offers, at IPA's priorities (all 0: the conductor's own
+// out-of-band `write_image` (80) forwards to ours, the others run only when a deploy template or the user asks).
+// `write_image` runs the same code as `standby.prepare_image`, `erase_devices_metadata` the cleaning step's
+// code, `inject_files` writes files into the written image. Bad step arguments fail the command, as in IPA.
 import { checkVersions, stepsResult, type StepDescription } from '../../disk/hardware-manager.ts';
+import { injectFiles, parseInjectFiles, parseVerifyCa } from '../../disk/inject-files.ts';
 import { AgentError } from '../../errors.ts';
 import { prepareImage } from '../../image/prepare.ts';
 import { isObject, optObject, reqObject } from '../params.ts';
-import { command, type Extension } from '../types.ts';
+import { command, type CommandContext, type Extension } from '../types.ts';
+import { runners as cleanRunners } from './clean.ts';
 import { parsePrepareImage } from './standby.ts';
 
 export class HardwareManagerMethodNotFound extends AgentError {
   static override summary = 'No HardwareManager found to handle method';
 }
 
+const step = (name: string, extra: Partial<StepDescription> = {}): StepDescription => ({
+  step: name, priority: 0, interface: 'deploy', reboot_requested: false, abortable: false, ...extra,
+});
+
 export const DEPLOY_STEPS: readonly StepDescription[] = [
-  { step: 'write_image', priority: 80, interface: 'deploy', reboot_requested: false, abortable: false },
+  step('erase_devices_metadata'),
+  step('write_image'),
+  step('inject_files', {
+    argsinfo: {
+      files: { description: 'Files to inject: a list of {path, partition, content (base64), deleted, mode, dirmode, owner, group}', required: true },
+      verify_ca: { description: 'Whether to verify TLS certificates when fetching content', required: false },
+    },
+  }),
 ];
 
 interface DeployStepParams {
@@ -21,11 +36,39 @@ interface DeployStepParams {
   deployVersion?: Record<string, unknown>;
 }
 
-function nodeHints(node: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+export function nodeHints(node: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
   const fromInstance = isObject(node?.instance_info) ? node.instance_info.root_device : undefined;
   const fromProperties = isObject(node?.properties) ? node.properties.root_device : undefined;
   const hints = fromInstance ?? fromProperties;
   return isObject(hints) && Object.keys(hints).length > 0 ? hints : undefined;
+}
+
+type Runner = (args: Record<string, unknown>, node: Record<string, unknown> | undefined, ctx: CommandContext) => Promise<unknown>;
+
+export const deployRunners: Readonly<Record<string, Runner>> = {
+  async write_image(args, node, ctx) {
+    const { info, configdrive } = parsePrepareImage(args, ctx.config);
+    return { result: `prepare_image: ${await prepareImage(ctx, { info, configdrive, hints: nodeHints(node) })}` };
+  },
+  async erase_devices_metadata(_args, _node, ctx) {
+    return cleanRunners.erase_devices_metadata!(ctx);
+  },
+  async inject_files(args, node, ctx) {
+    // the node's inject_files property first, then the step's files, as IPA merges them
+    const fromNode = parseInjectFiles(isObject(node?.properties) ? node.properties.inject_files : undefined);
+    const files = [...fromNode, ...parseInjectFiles(args.files)];
+    parseVerifyCa(args.verify_ca);
+    await injectFiles(ctx, files, nodeHints(node));
+    return null;
+  },
+};
+
+/** Runs `step` from `runners` with IPA's dispatch rules: an unknown interface.step is HardwareManagerMethodNotFound. */
+export async function runStep(runners: Readonly<Record<string, Runner>>, step: Record<string, unknown>, node: Record<string, unknown> | undefined, ctx: CommandContext): Promise<unknown> {
+  const name = typeof step.step === 'string' ? step.step : '';
+  const runner = step.interface === 'deploy' && Object.hasOwn(runners, name) ? runners[name] : undefined;
+  if (!runner) throw new HardwareManagerMethodNotFound(`No HardwareManager found to handle method: ${String(step.interface)}.${String(step.step)}`);
+  return runner(isObject(step.args) ? step.args : {}, node, ctx);
 }
 
 export const deploy: Extension = {
@@ -44,14 +87,7 @@ export const deploy: Extension = {
     }),
     run: async (p, ctx) => {
       checkVersions(p.deployVersion);
-      const { step } = p;
-      if (step.interface !== 'deploy' || step.step !== 'write_image') {
-        throw new HardwareManagerMethodNotFound(`No HardwareManager found to handle method: ${String(step.interface)}.${String(step.step)}`);
-      }
-      const args = isObject(step.args) ? step.args : {};
-      const { info, configdrive } = parsePrepareImage(args, ctx.config);
-      const message = await prepareImage(ctx, { info, configdrive, hints: nodeHints(p.node) });
-      return { deploy_result: { result: `prepare_image: ${message}` }, deploy_step: step };
+      return { deploy_result: await runStep(deployRunners, p.step, p.node, ctx), deploy_step: p.step };
     },
   }),
 };

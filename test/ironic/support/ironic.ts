@@ -63,12 +63,13 @@ export async function startIronic(opts: IronicOptions = {}): Promise<RunningIron
     IRONIC_DOWNLOAD_SOURCE: opts.downloadSource ?? 'http',
     IRONIC_FORCE_RAW: String(opts.forceRaw ?? true),
   };
+  // noted before start.sh returns: a hook that times out meanwhile must not leave this Ironic running
+  noteStarted(inject('leftoversFile'), { kind: 'ironic', runDir, stop: join(scripts, 'stop.sh') });
   const started = await execa('bash', [join(scripts, 'start.sh'), runDir], { env, reject: false });
   if (started.exitCode !== 0) {
     await rm(runDir, { recursive: true, force: true });
     throw new Error(`${scripts}/start.sh failed (exit ${started.exitCode}):\n${started.stderr}`);
   }
-  noteStarted(inject('leftoversFile'), { kind: 'ironic', runDir, stop: join(scripts, 'stop.sh') });
   const url = started.stdout.trim();
   const apiVersion = kind === 'sid' ? '1.115' : '1.82';
   const logOf = (name: string) => () => readFile(join(runDir, 'log', name), 'utf8').catch(() => '');

@@ -29,6 +29,8 @@ export interface Rig {
   images: ImageServer;
   disk: LoopDevice;
   agent: AgentProcess;
+  /** Stops the agent process and starts a fresh one (a new boot of the ramdisk), e.g. after lockdown. */
+  restartAgent(): Promise<AgentProcess>;
   uuid: string;
   mac: string;
   node(): Promise<NodeView>;
@@ -100,13 +102,14 @@ export async function createRig(name: string, opts: RigOptions = {}): Promise<Ri
     // fake power starts as None; fast track needs the node "on"
     await bm.run(['node', 'power', 'on', uuid]);
 
-    const agent = await startAgentProcess({
+    const startAgent = () => startAgentProcess({
       apiUrl: ironic.url,
       disk: disk.path,
       dir,
       autoTls: opts.autoTls ?? ironic.requireTls,
       extraFlags: opts.agentFlags,
     });
+    let agent = await startAgent();
     cleanups.push(() => agent.stop());
 
     const explain = async () =>
@@ -114,12 +117,18 @@ export async function createRig(name: string, opts: RigOptions = {}): Promise<Ri
       `--- conductor warnings/errors (last lines)\n${tailLines(await ironic.conductorLog(), 12, / (ERROR|WARNING) [\w.]+ \[/)}`;
     const rig: Rig = {
       ironic, bm, dir, images, disk, agent, uuid, mac,
+      restartAgent: async () => {
+        await agent.stop();
+        agent = rig.agent = await startAgent();
+        return agent;
+      },
       node: () => bm.node(uuid),
       drive: async (verb, args, target, timeoutMs) => {
         await bm.run(['node', verb, uuid, ...args]);
         return waitForState(bm, uuid, target, { explain }, timeoutMs);
       },
-      lookups: async () => (await ironic.apiLog()).split('\n').filter((l) => /"GET \/v1\/lookup\?[^"]*" status: 200/.test(l)).length,
+      // 21.4 logs `"GET /v1/lookup?…" status: 200`, sid `GET /v1/lookup?… - 200 (…ms)`
+      lookups: async () => (await ironic.apiLog()).split('\n').filter((l) => /"GET \/v1\/lookup\?[^"]*" status: 200| GET \/v1\/lookup\?\S* - 200 /.test(l)).length,
       explain,
       close,
     };

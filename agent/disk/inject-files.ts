@@ -1,0 +1,168 @@
+// The `inject_files` deploy step: files written into (or deleted from) partitions of the root disk after the
+// image is on it. A file names its partition by number, by device path (including /dev/disk/by-partuuid/,
+// by-partlabel/, by-uuid/ and by-label/ names, resolved with blkid because the ramdisk has no udev), or not at
+// all: then the first partition whose filesystem holds the path's first component is used, as IPA does.
+// The image is untrusted: paths never leave the mounted partition, through `..` or through a symlink.
+import { lstat, mkdir, mkdtemp, chmod, chown, realpath, rm, rmdir, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join, relative, sep } from 'node:path';
+import type { AgentServices } from '../commands/types.ts';
+import { isObject } from '../commands/params.ts';
+import { DeviceNotFound, InvalidCommandParamsError, ProtectedDeviceError } from '../errors.ts';
+import { run } from '../exec.ts';
+import { listPartitions, type Partition } from './partitions.ts';
+import { chooseRootDevice } from './root-device.ts';
+
+export interface InjectFile {
+  path: string;
+  partition?: number | string;
+  /** Decoded content; absent when `deleted`. */
+  content?: Buffer;
+  deleted: boolean;
+  mode?: number;
+  dirmode?: number;
+  owner?: number;
+  group?: number;
+}
+
+const FIELDS = new Set(['path', 'partition', 'content', 'deleted', 'mode', 'dirmode', 'owner', 'group']);
+const BY_NAME = /^\/dev\/disk\/by-(partuuid|partlabel|uuid|label)\/(.+)$/;
+
+function invalid(why: string): never {
+  throw new InvalidCommandParamsError(`Validation of files failed: ${why}`);
+}
+
+function intField(item: Record<string, unknown>, key: string, i: number, max: number): number | undefined {
+  const v = item[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > max) invalid(`files[${i}].${key} must be an integer from 0 to ${max}, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+/** Parses one list of file specs (the node's `inject_files` property or the step's `files`); nothing is touched. */
+export function parseInjectFiles(files: unknown): InjectFile[] {
+  if (files === undefined || files === null) return [];
+  if (!Array.isArray(files)) invalid(`files must be a list, got ${JSON.stringify(files)}`);
+  return files.map((item: unknown, i): InjectFile => {
+    if (!isObject(item)) invalid(`files[${i}] must be an object, got ${JSON.stringify(item)}`);
+    const unknown = Object.keys(item).filter((k) => !FIELDS.has(k));
+    if (unknown.length > 0) invalid(`files[${i}] has unexpected fields ${unknown.join(', ')}`);
+    const { path, partition, content, deleted } = item;
+    if (typeof path !== 'string' || path === '') invalid(`files[${i}].path is required and must be a string`);
+    if (!path.startsWith('/') || path.split('/').includes('..') || path.replace(/\/+/g, '/') === '/') {
+      invalid(`files[${i}].path must be an absolute path to a file without '..', got ${JSON.stringify(path)}`);
+    }
+    if (partition !== undefined && partition !== null) {
+      const okNumber = typeof partition === 'number' && Number.isInteger(partition) && partition >= 1;
+      const okPath = typeof partition === 'string' && partition.startsWith('/dev/');
+      if (!okNumber && !okPath) invalid(`files[${i}].partition must be a partition number (from 1) or a /dev path, got ${JSON.stringify(partition)}`);
+    }
+    if (deleted !== undefined && deleted !== null && typeof deleted !== 'boolean') invalid(`files[${i}].deleted must be a boolean`);
+    let data: Buffer | undefined;
+    if (content !== undefined && content !== null) {
+      if (deleted === true) invalid(`files[${i}]: content and deleted cannot both be set`);
+      if (typeof content !== 'string') invalid(`files[${i}].content must be a base64 string`);
+      if (content.includes('://')) invalid(`files[${i}].content: content URLs are not supported by this agent; give base64 content`);
+      const compact = content.replace(/\s+/g, '');
+      if (!/^[A-Za-z0-9+/]*={0,2}$/.test(compact) || compact.length % 4 !== 0) invalid(`files[${i}].content is not valid base64`);
+      data = Buffer.from(compact, 'base64');
+    } else if (deleted !== true) {
+      invalid(`files[${i}]: either content or deleted must be given`);
+    }
+    return {
+      path,
+      ...(partition !== undefined && partition !== null ? { partition: partition as number | string } : {}),
+      ...(data ? { content: data } : {}),
+      deleted: deleted === true,
+      mode: intField(item, 'mode', i, 0o7777),
+      dirmode: intField(item, 'dirmode', i, 0o7777),
+      owner: intField(item, 'owner', i, 2 ** 32 - 2),
+      group: intField(item, 'group', i, 2 ** 32 - 2),
+    };
+  });
+}
+
+/** The step's argument `verify_ca` (only URL content would use it, and this agent refuses URL content). */
+export function parseVerifyCa(v: unknown): boolean {
+  if (v === undefined || v === null) return true;
+  if (typeof v !== 'boolean') throw new InvalidCommandParamsError(`verify_ca must be a boolean, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+function findBySpec(parts: Partition[], spec: number | string, disk: string): Partition {
+  const m = typeof spec === 'string' ? BY_NAME.exec(spec) : null;
+  const found = typeof spec === 'number'
+    ? parts.find((p) => p.number === spec)
+    : m
+      ? parts.find((p) => ({ partuuid: p.partuuid, partlabel: p.partLabel, uuid: p.uuid, label: p.label })[m[1] as 'uuid']?.toLowerCase() === m[2]!.toLowerCase())
+      : parts.find((p) => p.path === spec);
+  if (!found) {
+    throw new DeviceNotFound(`No partition ${JSON.stringify(spec)} on the root device ${disk}; its partitions: ${parts.map((p) => p.path).join(', ') || 'none'}`);
+  }
+  return found;
+}
+
+async function withMounted<T>(services: AgentServices, part: Partition, fn: (root: string) => Promise<T>): Promise<T> {
+  const dir = await mkdtemp(join(tmpdir(), 'ina-inject-'));
+  await run('mount', [part.path, dir], { log: services.log });
+  try {
+    return await fn(dir);
+  } finally {
+    await run('umount', [dir], { log: services.log });
+    await rmdir(dir);
+  }
+}
+
+/** `relPath` inside `root`, refusing any route (symlinked directory or final symlink) that leads outside it. */
+async function confined(root: string, relPath: string, dirmode: number | undefined): Promise<string> {
+  const target = join(root, relPath);
+  await mkdir(dirname(target), { recursive: true, ...(dirmode !== undefined ? { mode: dirmode } : {}) });
+  const parent = await realpath(dirname(target));
+  const rel = relative(await realpath(root), parent);
+  if (rel.startsWith('..') || rel.startsWith(sep)) throw new InvalidCommandParamsError(`Validation of files failed: ${relPath} leads outside its partition`);
+  const final = join(parent, target.slice(dirname(target).length + 1));
+  const st = await lstat(final).catch(() => null);
+  if (st?.isSymbolicLink()) throw new InvalidCommandParamsError(`Validation of files failed: ${relPath} is a symlink in the image`);
+  return final;
+}
+
+async function applyOne(root: string, f: InjectFile): Promise<void> {
+  const target = await confined(root, f.path, f.dirmode);
+  if (f.deleted) {
+    await rm(target, { force: true });
+    return;
+  }
+  await writeFile(target, f.content!, f.mode !== undefined ? { mode: f.mode } : {});
+  if (f.mode !== undefined) await chmod(target, f.mode);
+  if (f.owner !== undefined || f.group !== undefined) await chown(target, f.owner ?? -1, f.group ?? -1);
+}
+
+/** Applies the files to the root disk's partitions; returns what went where for the log. */
+export async function injectFiles(services: AgentServices, files: InjectFile[], hints?: Record<string, unknown>): Promise<string[]> {
+  if (files.length === 0) return [];
+  const disk = await chooseRootDevice(services, hints);
+  const verdict = await services.guard.verdict(disk.path);
+  if (!verdict.ok) throw new ProtectedDeviceError(`Refusing to inject files into ${disk.path}: ${verdict.reason}`);
+  const parts = await listPartitions(disk.path, services.log);
+  const done: string[] = [];
+  for (const f of files) {
+    let part: Partition | undefined;
+    if (f.partition !== undefined) part = findBySpec(parts, f.partition, disk.path);
+    else {
+      const first = f.path.split('/').filter((c) => c !== '')[0]!;
+      const top = f.path.split('/').filter((c) => c !== '').length === 1 ? '' : first;
+      for (const p of parts.filter((x) => x.fstype && x.fstype !== 'swap')) {
+        const has = await withMounted(services, p, async (root) => top === '' || (await lstat(join(root, top)).then(() => true, () => false)));
+        if (has) {
+          part = p;
+          break;
+        }
+      }
+      if (!part) throw new DeviceNotFound(`No partition of ${disk.path} holds ${top === '' ? 'a filesystem' : `/${top}`} for ${f.path}`);
+    }
+    await withMounted(services, part, (root) => applyOne(root, f));
+    done.push(`${f.deleted ? 'deleted' : 'wrote'} ${f.path} on ${part.path}`);
+  }
+  services.log.info({ files: done }, 'files injected');
+  return done;
+}
