@@ -93,6 +93,8 @@ cat > "$mnt/etc/cloud/cloud.cfg.d/90-fullloop.cfg" <<CFG
 datasource_list: [ ConfigDrive, None ]
 CFG
 mkdir -p "$mnt/boot/grub"
+# the modules beside grub.cfg, as grub-install leaves them: whatever the menu loads beyond the core image
+cp -r "$mnt/usr/lib/grub/i386-pc" "$mnt/usr/lib/grub/x86_64-efi" "$mnt/boot/grub/"
 cat > "$mnt/boot/grub/grub.cfg" <<CFG
 set timeout=0
 menuentry debian {
