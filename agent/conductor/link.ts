@@ -19,7 +19,7 @@ import { IronicApi } from './ironic-api.ts';
 import { lookupNode, type LookupResult } from './lookup.ts';
 import type { LookupConfig } from './lookup-reply.ts';
 import { waitForNicMacs } from './nics.ts';
-import { V_VERIFY_CA, VersionCache } from './versions.ts';
+import { V_TOKEN_ON_GET, V_VERIFY_CA, VersionCache } from './versions.ts';
 
 export interface LinkOptions {
   clock?: Clock;
@@ -126,7 +126,7 @@ export class ConductorLink {
       await boot.heartbeater?.stop();
       await boot.server?.close();
     }
-    this.agent.executor.reset();
+    await this.agent.executor.reset('the agent was powered off or rebooted (simulated)');
     this.state.setToken(this.config.token.agentToken ?? null);
     this.state.update({ node: undefined, callbackUrl: undefined });
   }
@@ -162,6 +162,8 @@ export class ConductorLink {
     const versions = new VersionCache(this.api, this.config.lookup.ironicApiVersion, this.log);
     this.state.update({ phase: 'finding conductor', conductorUrl: this.api.current });
     const version = (boot.version = await versions.get(signal));
+    // A conductor that sends the token on every GET gets no unauthenticated GET, not even the first.
+    this.state.conductorSendsGetToken = version >= V_TOKEN_ON_GET;
     this.state.update({ phase: 'waiting for network', conductorUrl: this.api.current });
     await this.clock.sleep(this.config.hardwareInitDelayS * 1000, signal);
     boot.macs = await waitForNicMacs(this.config.lookup.nicWaitS, this.clock, signal);
@@ -243,7 +245,8 @@ export class ConductorLink {
     this.log.warn({ reason }, 'conductor rejected the agent token: forgetting token and history, looking up again');
     await boot.heartbeater?.stop();
     boot.heartbeater = undefined;
-    this.agent.executor.reset();
+    // The conductor no longer knows what runs here: it is cancelled, and nothing new starts until it is gone.
+    await this.agent.executor.reset('the conductor rejected the agent token and the agent forgot its commands');
     this.state.setToken(this.config.token.agentToken ?? null);
     this.state.update({ node: undefined });
     await this.within(boot, async () => {
