@@ -106,7 +106,8 @@ describe.each(firmwares)('full loop, %s', (firmware) => {
       const after = await api.waitFor(node.uuid, 'undeploy', (n) => n.provision_state === 'available', 1_200_000);
       record('undeploy (-> cleaning -> available)', Date.now() - undeployAt);
       expect(after.power_state).toBe('power off');
-      expect(rig.bmcEvents().filter((e) => e.text.startsWith('power on') && e.text.includes('device=network')).length).toBe(2);
+      // network boots: cleaning on provide, deploy (no fast track), cleaning on undeploy
+      expect(rig.bmcEvents().filter((e) => e.text.startsWith('power on') && e.text.includes('device=network')).length).toBe(3);
     } finally {
       await rig.stop();
     }
