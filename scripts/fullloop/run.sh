@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# npm run test:fullloop: builds (or takes from cache) the ramdisk and the instance image, then runs the
+# full-loop suite inside a network namespace made for this run, holding only lo with 127.0.0.1 and
+# 10.0.2.2/32 (the address QEMU user-net shows the guest for the host): Ironic, the image server,
+# the BMC and QEMU all live there, nothing can reach another address, and no port clashes with the
+# machine's. On any exit every process in the namespace is ended and the namespace deleted.
+# Env: FULLLOOP_FIRMWARES="uefi bios" (default both, UEFI first).  Extra arguments go to vitest.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$repo"
+[ "$(id -u)" = 0 ] || { echo "run.sh: needs root (network namespace, loop devices)" >&2; exit 1; }
+bash scripts/ironic-standalone/ensure-ironic.sh
+# The BMC, ipmitool for Ironic's ipmitool driver, firmware for both scenarios, genisoimage for the config
+# drive Ironic builds, the image builder's tools.
+need=()
+for p in python3-pyghmi ipmitool ovmf ipxe-qemu genisoimage mmdebstrap mtools dosfstools gdisk qemu-utils; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
+done
+[ ${#need[@]} -eq 0 ] || apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends "${need[@]}" >&2
+bash image-build/build.sh >&2
+export FULLLOOP_IMAGE; FULLLOOP_IMAGE=$(bash scripts/fullloop/build-cloud-image.sh)
+ns="ina-fullloop-$$"
+cleanup() {
+  local pids
+  pids=$(ip netns pids "$ns" 2>/dev/null || true)
+  [ -n "$pids" ] && kill $pids 2>/dev/null
+  for _ in $(seq 50); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.2; done
+  pids=$(ip netns pids "$ns" 2>/dev/null || true)
+  [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+  ip netns del "$ns" 2>/dev/null || true
+  echo "run.sh: namespace $ns and its processes removed" >&2
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+ip netns add "$ns"
+ip -n "$ns" link set lo up
+ip -n "$ns" addr add 10.0.2.2/32 dev lo
+ip netns exec "$ns" scripts/node.sh node_modules/vitest/vitest.mjs run --config test/fullloop/vitest.config.ts "$@"
