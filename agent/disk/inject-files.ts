@@ -6,7 +6,7 @@
 import { lstat, mkdir, mkdtemp, chmod, chown, realpath, rm, rmdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, sep } from 'node:path';
-import type { AgentServices } from '../commands/types.ts';
+import type { AgentServices } from '../services.ts';
 import { isObject } from '../commands/params.ts';
 import { DeviceNotFound, InvalidCommandParamsError, ProtectedDeviceError } from '../errors.ts';
 import { run } from '../exec.ts';
