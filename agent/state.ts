@@ -35,6 +35,8 @@ export class AgentState extends EventEmitter {
   private token: string | null;
   /** Once a GET carried the valid token, GETs must carry it (Ironic 21.4 sends none, newer ones do). */
   getTokenSeen = false;
+  /** The auto-TLS key and certificate the API serves (or, before the first lookup, one carried over a crash). */
+  autoTls: { key: string; cert: string } | null = null;
 
   constructor(version: string, initialToken: string | null) {
     super();
