@@ -50,16 +50,17 @@ export function installLastWords(deps: { log: Logger; state: AgentState; executo
     attempt(() => appendFileSync(2, `ironic-node-agent: uncaught exception${report.command ? ` during ${report.command.name}` : ''}, exiting for a restart:\n${stack}\n`));
     // The token goes along so that the next run can still heartbeat: the conductor hands it out only once.
     const token = state.agentToken ?? undefined;
-    if (statusFile) attempt(() => writeStatusSync(statusFile, { ...statusDocument(state, executor), crash: report, token }));
+    const tls = state.autoTls ?? undefined;
+    if (statusFile) attempt(() => writeStatusSync(statusFile, { ...statusDocument(state, executor), crash: report, token, tls }));
     process.exit(CRASH_EXIT_CODE);
   });
 }
 
-/** The crash recorded in the status file by the previous run of the agent, if it ended in one, and its token. */
-export function previousCrash(statusFile: string): { crash: CrashReport; token?: string } | undefined {
+/** The crash recorded in the status file by the previous run of the agent, if it ended in one, with its token and certificate. */
+export function previousCrash(statusFile: string): Pick<StatusFile, 'token' | 'tls'> & { crash: CrashReport } | undefined {
   try {
     const doc = JSON.parse(readFileSync(statusFile, 'utf8')) as StatusFile;
-    return doc.crash ? { crash: doc.crash, token: doc.token } : undefined;
+    return doc.crash ? { crash: doc.crash, token: doc.token, tls: doc.tls } : undefined;
   } catch {
     return undefined;
   }

@@ -45,9 +45,11 @@ async function main(): Promise<void> {
     // Read before the mirror overwrites it: the previous run may have left its last words there.
     const previous = previousCrash(config.statusFile);
     if (previous) {
-      const { crash, token } = previous;
+      const { crash, token, tls } = previous;
       // Lookup answers "******" for a token already handed out; the held one keeps the conductor link working.
       if (token && !state.agentToken) state.setToken(token);
+      // Likewise the conductor keeps the first agent_verify_ca it was sent.
+      if (tls) state.autoTls = tls;
       state.update({ restartedAfter: crash });
       process.stderr.write(`ironic-node-agent: ${restartLine(crash)}\n`);
       log.warn({ crash }, restartLine(crash));

@@ -37,6 +37,8 @@ export class AgentState extends EventEmitter {
   getTokenSeen = false;
   /** The conductor's API is 1.96 or later, so it sends the token on GET: required from the first request. */
   conductorSendsGetToken = false;
+  /** The auto-TLS key and certificate the API serves (or, before the first lookup, one carried over a crash). */
+  autoTls: { key: string; cert: string } | null = null;
 
   constructor(version: string, initialToken: string | null) {
     super();

@@ -13,6 +13,8 @@ export interface StatusFile {
   /** Written by a process on its way out after an uncaught exception, with its agent token; read by the next one. */
   crash?: CrashReport;
   token?: string;
+  /** The auto-TLS key and certificate, beside the token: the conductor accepts no other after a restart. */
+  tls?: { key: string; cert: string };
 }
 
 export function statusDocument(state: AgentState, executor: CommandExecutor): StatusFile {

@@ -2,13 +2,17 @@
 // image (BENCH_SIZE, default 2G) served over loopback HTTP, written to a sparse loop device, each case
 // BENCH_REPS times (default 3) after BENCH_WARMUP uncounted passes (default 1); prints the medians, the
 // ratios to the baselines, the CPU time each case used (all its processes; the image server excepted) and
-// the agent's peak RSS per case. The agent runs as its own process (bundled and started as in the
-// ramdisk), standalone, limited to the loop device; its time is from the POST to the final result,
+// the agent's peak RSS per case (VmHWM of the agent process, its threads included; the tools it starts,
+// such as qemu-img or zstd, listed apart). The agent runs as its own process (bundled and started as in
+// the ramdisk), standalone, limited to the loop device; its time is from the POST to the final result,
 // follow-up commands included.
+// BENCH_BEFORE=DIR adds the agent of another checkout (e.g. the commit before the runtime switch, made by
+// scripts/bench-before-after.sh) to every agent case, bundled by that checkout's esbuild and run by
+// BENCH_BEFORE_NODE (default /usr/bin/node, the host's), on the same images in the same repetitions.
 // Not a test: no pass/fail.
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
-import { mkdtemp, open, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, open, readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -78,6 +82,8 @@ interface Run {
 interface AgentRun extends Run {
   idleRssBytes: number;
   peakRssBytes: number;
+  /** Peak RSS of the processes the agent started, by name. */
+  childPeaks: Map<string, number>;
 }
 
 /** A baseline: shell commands run one after the other, each timed; bash's `times` gives the CPU they used. */
@@ -107,29 +113,67 @@ async function cpuTime(pid: number): Promise<number> {
 }
 
 /** The agent as the ramdisk ships it: one esbuild bundle run by plain node (no TypeScript loader). */
-async function bundleAgent(out: string): Promise<void> {
+async function bundleAgent(out: string, tree = root, target = 'node24'): Promise<void> {
   const banner = "import { createRequire as __inaRequire } from 'node:module'; const require = __inaRequire(import.meta.url);";
-  await execa('npx', ['--no-install', 'esbuild', 'agent/main.ts', '--bundle', '--platform=node', '--format=esm', '--target=node24',
-    '--define:__AGENT_VERSION__="bench"', `--banner:js=${banner}`, '--log-level=warning', `--outfile=${out}`], { cwd: root });
+  await execa(join(tree, 'node_modules/.bin/esbuild'), ['agent/main.ts', '--bundle', '--platform=node', '--format=esm', `--target=${target}`,
+    '--define:__AGENT_VERSION__="bench"', `--banner:js=${banner}`, '--log-level=warning', `--outfile=${out}`], { cwd: tree });
 }
 
-let agentBundle = '';
+/** Which agent a case runs: this tree's, or BENCH_BEFORE's on its own Node. */
+interface AgentBuild {
+  node: string;
+  bundle: string;
+  launch: { flags: string[]; env: Record<string, string> };
+}
+let current: AgentBuild;
+let before: AgentBuild | undefined;
 
 /** How the ramdisk starts the agent (node flags, environment), so that the benchmark measures what ships. */
-async function shippedLaunch(): Promise<{ flags: string[]; env: Record<string, string> }> {
-  const script = await readFile(join(root, 'image-build/rootfs/usr/lib/ina/run-agent'), 'utf8');
+async function shippedLaunch(tree = root): Promise<{ flags: string[]; env: Record<string, string> }> {
+  const script = await readFile(join(tree, 'image-build/rootfs/usr/lib/ina/run-agent'), 'utf8');
   const flags = /^NODE_FLAGS='([^']*)'/m.exec(script);
   if (!flags) throw new Error('image-build/rootfs/usr/lib/ina/run-agent no longer sets NODE_FLAGS');
   const env = Object.fromEntries([...script.matchAll(/^export (\w+)=(\S+)$/gm)].map((m) => [m[1]!, m[2]!]));
   return { flags: flags[1]!.split(' ').filter(Boolean), env };
 }
-let launch: { flags: string[]; env: Record<string, string> } = { flags: [], env: {} };
+
+/**
+ * The peak RSS of each process the agent starts while it runs, by command name (the largest when one
+ * runs several times). Sampled every 50 ms, so a tool that lives shorter than that may be missed.
+ */
+function watchChildren(pid: number, self: string): () => Promise<Map<string, number>> {
+  const peaks = new Map<string, number>();
+  let running = true;
+  const childrenOf = async (p: number): Promise<number[]> => {
+    const tasks = await readdir(`/proc/${p}/task`).catch(() => [] as string[]);
+    const lists = await Promise.all(tasks.map((t) => readFile(`/proc/${p}/task/${t}/children`, 'utf8').catch(() => '')));
+    const direct = lists.join(' ').split(/\s+/).filter(Boolean).map(Number);
+    return [...direct, ...(await Promise.all(direct.map(childrenOf))).flat()];
+  };
+  const loop = (async () => {
+    while (running) {
+      for (const child of await childrenOf(pid)) {
+        const status = await readFile(`/proc/${child}/status`, 'utf8').catch(() => '');
+        const name = /^Name:\s+(\S+)/m.exec(status)?.[1];
+        const hwm = Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
+        // A child still named as the agent is caught between fork and exec: a copy, not a tool.
+        if (name && name !== self && hwm) peaks.set(name, Math.max(peaks.get(name) ?? 0, hwm));
+      }
+      await sleep(50);
+    }
+  })();
+  return async () => {
+    running = false;
+    await loop;
+    return peaks;
+  };
+}
 
 /** One deploy by a fresh agent process; returns its time, its phases and the process's peak RSS. */
-async function agentDeploy(device: string, bufferDir: string, imageInfo: Record<string, unknown>): Promise<AgentRun> {
-  const child = execa(process.execPath, [...launch.flags, agentBundle, '--standalone', '--kernel-cmdline=/dev/null',
+async function agentDeploy(build: AgentBuild, device: string, bufferDir: string, imageInfo: Record<string, unknown>): Promise<AgentRun> {
+  const child = execa(build.node, [...build.launch.flags, build.bundle, '--standalone', '--kernel-cmdline=/dev/null',
     '--ipa-listen-host=127.0.0.1', '--ipa-listen-port=0', `--device-allowlist=${device}`, `--ipa-image-buffer-dir=${bufferDir}`],
-  { cwd: root, reject: false, buffer: false, env: launch.env });
+  { cwd: root, reject: false, buffer: false, env: build.launch.env });
   // Filled as the log comes; complete once the process has exited and its output has been read (finally).
   const phases = new Map<string, number>();
   try {
@@ -144,6 +188,7 @@ async function agentDeploy(device: string, bufferDir: string, imageInfo: Record<
     });
     const idleRssBytes = await rss(child.pid!, 'VmRSS');
     const idleCpu = await cpuTime(child.pid!);
+    const children = watchChildren(child.pid!, /^Name:\s+(\S+)/m.exec(await readFile(`/proc/${child.pid}/status`, 'utf8'))?.[1] ?? '');
     let seconds = 0;
     await execa('sync');
     const start = process.hrtime.bigint();
@@ -155,7 +200,7 @@ async function agentDeploy(device: string, bufferDir: string, imageInfo: Record<
     }
     seconds = Number(process.hrtime.bigint() - start) / 1e9;
     if (cmd.command_status !== 'SUCCEEDED') throw new Error(`agent deploy failed: ${JSON.stringify(cmd.command_error)}`);
-    return { seconds, cpuSeconds: (await cpuTime(child.pid!)) - idleCpu, idleRssBytes, peakRssBytes: await rss(child.pid!, 'VmHWM'), phases };
+    return { seconds, cpuSeconds: (await cpuTime(child.pid!)) - idleCpu, idleRssBytes, peakRssBytes: await rss(child.pid!, 'VmHWM'), childPeaks: await children(), phases };
   } finally {
     child.kill('SIGTERM');
     await child;
@@ -179,9 +224,15 @@ async function main(): Promise<void> {
     const qcow2 = await toQcow2(raw);
     const digests = { raw256: await sha(raw, 'sha256'), rawMd5: await sha(raw, 'md5'), gz: await sha(gz, 'sha256'), zst: await sha(zst, 'sha256'), qcow2: await sha(qcow2, 'sha256') };
 
-    agentBundle = join(work.dir, 'agent.mjs');
-    await bundleAgent(agentBundle);
-    launch = await shippedLaunch();
+    current = { node: process.execPath, bundle: join(work.dir, 'agent.mjs'), launch: await shippedLaunch() };
+    await bundleAgent(current.bundle);
+    const beforeTree = process.env.BENCH_BEFORE;
+    if (beforeTree) {
+      before = { node: process.env.BENCH_BEFORE_NODE ?? '/usr/bin/node', bundle: join(work.dir, 'agent-before.mjs'), launch: await shippedLaunch(beforeTree) };
+      const nodeMajor = (await execa(before.node, ['--version'])).stdout.trim();
+      await bundleAgent(before.bundle, beforeTree, `node${nodeMajor.slice(1).split('.')[0]}`);
+      console.log(`Before: ${beforeTree} at ${(await execa('git', ['-C', beforeTree, 'rev-parse', '--short', 'HEAD'])).stdout} on Node ${nodeMajor}; after: this tree on Node ${process.version}`);
+    }
 
     // At least 4 GiB so that the agent chooses it without root device hints; sparse, so it costs nothing.
     loop = await attachLoop(Math.max(SIZE + 64 * MiB, 4 * GiB + 64 * MiB));
@@ -201,14 +252,18 @@ async function main(): Promise<void> {
     const fetched = join(bufferDir, 'fetched.qcow2');
     const info = (id: string, url: string, extra: Record<string, unknown>) => ({ id, urls: [url], stream_raw_images: true, ...extra });
 
+    const agent = (name: string, group: string, imageInfo: Record<string, unknown>) => [
+      { name: `agent ${name}`, group, run: () => agentDeploy(current, dev, bufferDir, imageInfo) },
+      ...(before ? [{ name: `before ${name}`, group, run: () => agentDeploy(before!, dev, bufferDir, imageInfo) }] : []),
+    ];
     const cases: { name: string; group: string; run: () => Promise<Run | AgentRun> }[] = [
       { name: 'curl | dd', group: 'raw', run: () => baseline(`curl -sf ${urls.raw} | dd of=${dev} bs=1M oflag=direct status=none`) },
-      { name: 'agent raw sha256', group: 'raw', run: () => agentDeploy(dev, bufferDir, info('raw', urls.raw, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.raw256 })) },
-      { name: 'agent raw md5', group: 'raw', run: () => agentDeploy(dev, bufferDir, info('raw', urls.raw, { disk_format: 'raw', os_hash_algo: 'md5', os_hash_value: digests.rawMd5 })) },
+      ...agent('raw sha256', 'raw', info('raw', urls.raw, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.raw256 })),
+      ...agent('raw md5', 'raw', info('raw', urls.raw, { disk_format: 'raw', os_hash_algo: 'md5', os_hash_value: digests.rawMd5 })),
       { name: 'curl | gzip -dc | dd', group: 'gzip', run: () => baseline(`curl -sf ${urls.gz} | gzip -dc | dd of=${dev} bs=1M oflag=direct status=none`) },
-      { name: 'agent gzip', group: 'gzip', run: () => agentDeploy(dev, bufferDir, info('gz', urls.gz, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.gz })) },
+      ...agent('gzip', 'gzip', info('gz', urls.gz, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.gz })),
       { name: 'curl | zstd -dc | dd', group: 'zstd', run: () => baseline(`curl -sf ${urls.zst} | zstd -dc | dd of=${dev} bs=1M oflag=direct status=none`) },
-      { name: 'agent zstd', group: 'zstd', run: () => agentDeploy(dev, bufferDir, info('zst', urls.zst, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.zst })) },
+      ...agent('zstd', 'zstd', info('zst', urls.zst, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.zst })),
       // The target's baseline converts as IPA does (every write O_DIRECT|O_DSYNC); the second one with the
       // agent's own choice (O_DIRECT, one flush at the end), to show what the rest of the agent costs.
       {
@@ -219,7 +274,7 @@ async function main(): Promise<void> {
         name: 'curl > f && qemu-img -t none', group: 'qcow2',
         run: () => baseline(`curl -sf -o ${fetched} ${urls.qcow2}`, `qemu-img convert -f qcow2 -O host_device -t none -S 0 -W ${fetched} ${dev}`, `sync ${dev}`, `rm -f ${fetched}`),
       },
-      { name: 'agent qcow2', group: 'qcow2', run: () => agentDeploy(dev, bufferDir, info('qcow2', urls.qcow2, { disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: digests.qcow2 })) },
+      ...agent('qcow2', 'qcow2', info('qcow2', urls.qcow2, { disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: digests.qcow2 })),
     ];
 
     // BENCH_ONLY=raw,qcow2 (groups: raw, gzip, zstd, qcow2) runs a subset, e.g. while tuning one path.
@@ -230,7 +285,8 @@ async function main(): Promise<void> {
     const peaks = new Map<string, number>();
     const mib = (b: number) => (b / MiB).toFixed(1);
     const phases = new Map<string, Map<string, number[]>>();
-    const idles: number[] = [];
+    const idles = new Map<string, number>();
+    const childPeaks = new Map<string, Map<string, number>>();
     for (let rep = 1 - WARMUP; rep <= REPS; rep++) {
       // Every other repetition runs the cases in reverse, so that neither side always runs first.
       for (const c of Math.abs(rep % 2) === 1 ? selected : [...selected].reverse()) {
@@ -243,7 +299,10 @@ async function main(): Promise<void> {
         }
         if ('peakRssBytes' in out) {
           peaks.set(c.name, Math.max(peaks.get(c.name) ?? 0, out.peakRssBytes));
-          idles.push(out.idleRssBytes);
+          idles.set(c.name.split(' ')[0]!, Math.max(idles.get(c.name.split(' ')[0]!) ?? 0, out.idleRssBytes));
+          const byChild = childPeaks.get(c.name) ?? new Map<string, number>();
+          for (const [name, peak] of out.childPeaks) byChild.set(name, Math.max(byChild.get(name) ?? 0, peak));
+          childPeaks.set(c.name, byChild);
         }
         if (out.phases.size > 1) {
           const byPhase = phases.get(c.name) ?? new Map<string, number[]>();
@@ -284,10 +343,28 @@ async function main(): Promise<void> {
       ['agent qcow2', 'curl > f && qemu-img convert', 1.05],
       ['agent qcow2', 'curl > f && qemu-img -t none', 1.05],
     ];
-    for (const [a, b, target] of ratios) if (seconds.has(a) && seconds.has(b)) ratio(a, b, target);
+    for (const [a, b, target] of ratios) {
+      if (seconds.has(a) && seconds.has(b)) ratio(a, b, target);
+      const was = a.replace(/^agent /, 'before ');
+      if (seconds.has(was) && seconds.has(b)) ratio(was, b, target);
+    }
+    if (before) {
+      console.log('\nAfter ÷ before, the same case (median of the per-repetition ratios; below 1 is faster now):');
+      for (const name of seconds.keys()) {
+        const was = name.replace(/^agent /, 'before ');
+        if (name === was || !seconds.has(was)) continue;
+        const paired = median(seconds.get(name)!.map((t, i) => t / seconds.get(was)![i]!));
+        console.log(`  ${name.padEnd(30)} ${paired.toFixed(2)}  (peak RSS ${mib(peaks.get(name)!)} MiB, before ${mib(peaks.get(was)!)} MiB)`);
+      }
+    }
     if (peaks.size > 0) {
-      console.log(`\nAgent peak RSS (VmHWM, target ≤ 120 MB = 114.4 MiB); idle before the deploy: ${mib(Math.max(...idles))} MiB (the esbuild bundle the ramdisk runs)`);
-      for (const [name, peak] of peaks) console.log(`  ${name.padEnd(30)} ${mib(peak)} MiB${name === 'agent qcow2' ? ' (its buffer is in tmpfs, not in the agent)' : ''}`);
+      const idle = [...idles].map(([who, b]) => `${who} ${mib(b)} MiB`).join(', ');
+      console.log(`\nAgent peak RSS (VmHWM of the agent process, its threads included); idle before the deploy: ${idle} (the esbuild bundle the ramdisk runs)`);
+      for (const [name, peak] of peaks) {
+        const tools = [...(childPeaks.get(name) ?? [])].map(([tool, b]) => `${tool} ${mib(b)} MiB`).join(', ');
+        const note = name.endsWith(' qcow2') ? '; its buffer is in tmpfs, not in the agent' : '';
+        console.log(`  ${name.padEnd(30)} ${mib(peak)} MiB  (tools it started: ${tools || 'none'}${note})`);
+      }
     }
   } finally {
     await server?.close();

@@ -54,7 +54,9 @@ async function resources(pid: number, bufferDir: string): Promise<Resources> {
   for (const p of await readdir('/proc')) {
     if (!/^\d+$/.test(p)) continue;
     const stat = await readFile(`/proc/${p}/stat`, 'utf8').catch(() => '');
-    if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) children++;
+    // tsx's esbuild service (the TypeScript loader the soak starts the agent with) is not the agent's.
+    const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+    if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid && name !== 'esbuild') children++;
   }
   // Other loop devices on the machine are not the agent's: only those backed by its buffer files count.
   const loops = (await execa('losetup', ['-a'])).stdout.split('\n').filter((l) => l.includes(bufferDir)).length;

@@ -4,7 +4,7 @@ import { X509Certificate } from 'node:crypto';
 import { connect, createServer, type SecureVersion } from 'node:tls';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAgent } from '../agent/agent.ts';
-import { generateCertificate, generateKeys } from '../agent/conductor/auto-tls.ts';
+import { certificateServes, generateCertificate, generateKeys } from '../agent/conductor/auto-tls.ts';
 import { ConductorLink } from '../agent/conductor/link.ts';
 import { nullLogger } from '../agent/log.ts';
 import { AgentClient } from './helpers/agent-client.ts';
@@ -107,5 +107,22 @@ describe('auto-TLS', () => {
   it('defaults to TLS 1.2 when the lookup config has no tls_min_version', async () => {
     const { port, ca } = await tlsAgent({ tlsMinVersion: null });
     expect(await handshake(port, 'TLSv1.2', 'TLSv1.2', ca)).toEqual({ ok: true, protocol: 'TLSv1.2' });
+  });
+});
+
+describe('a certificate carried over a crash', () => {
+  it('serves again only for the same host, with its own key, while it has more than a day left', async () => {
+    const keys = await generateKeys('p256');
+    const made = generateCertificate('192.0.2.7', keys);
+    expect(certificateServes(made, '192.0.2.7')).toBe(true);
+    expect(certificateServes(made, '192.0.2.8')).toBe(false);
+    expect(certificateServes(made, 'agent.example')).toBe(false);
+    const other = generateCertificate('192.0.2.7', await generateKeys('p256'));
+    expect(certificateServes({ key: other.key, cert: made.cert }, '192.0.2.7')).toBe(false);
+    // Valid for 30 days: with 29.5 of them gone, less than a day is left.
+    expect(certificateServes(made, '192.0.2.7', new Date(Date.now() + 29.5 * 86400_000))).toBe(false);
+    expect(certificateServes({ key: made.key, cert: 'not a certificate' }, '192.0.2.7')).toBe(false);
+    const named = generateCertificate('agent.example', keys);
+    expect(certificateServes(named, 'agent.example')).toBe(true);
   });
 });

@@ -6,7 +6,7 @@
 // certificate builder, so ~60 lines of DER (der.ts) assemble it. That keeps the ramdisk free of an
 // openssl binary (busybox + node only) and keeps the back-dated not-before, which `openssl req -x509`
 // of OpenSSL 3.0 (Debian 12) cannot set.
-import { generateKeyPair, randomBytes, sign, type KeyObject } from 'node:crypto';
+import { createPrivateKey, generateKeyPair, randomBytes, sign, X509Certificate, type KeyObject } from 'node:crypto';
 import { promisify } from 'node:util';
 import { hostname } from 'node:os';
 import { isIP } from 'node:net';
@@ -70,4 +70,20 @@ export function generateCertificate(advertiseHost: string, keys: AgentKeys, now 
     key: privateKey.export({ type: 'pkcs8', format: 'pem' }) as string,
     cert: pem('CERTIFICATE', sequence(tbs, algorithm, bitString(signature))),
   };
+}
+
+/**
+ * Whether a certificate carried over a crash of the previous run can serve this one: the conductor keeps
+ * the `agent_verify_ca` it was first sent and refuses a heartbeat with another, so a restarted agent
+ * must serve the same one, while it still names the advertised host and has a day left.
+ */
+export function certificateServes(material: AgentCertificate, advertiseHost: string, now = new Date()): boolean {
+  try {
+    const cert = new X509Certificate(material.cert);
+    if (!cert.checkPrivateKey(createPrivateKey(material.key))) return false;
+    if (new Date(cert.validTo).getTime() < now.getTime() + 86400_000) return false;
+    return isIP(advertiseHost) ? cert.checkIP(advertiseHost) !== undefined : cert.checkHost(advertiseHost) !== undefined;
+  } catch {
+    return false;
+  }
 }

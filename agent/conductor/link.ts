@@ -11,7 +11,7 @@ import type { Config } from '../config/config.ts';
 import type { Logger } from '../log.ts';
 import { realClock, type Clock } from '../clock.ts';
 import { advertiseHost, callbackUrl } from './advertise.ts';
-import { generateCertificate, generateKeys, type AgentKeys } from './auto-tls.ts';
+import { certificateServes, generateCertificate, generateKeys, type AgentKeys } from './auto-tls.ts';
 import { LookupNodeError, NoNetworkError } from './errors.ts';
 import { Heartbeater, type BeatEvent, type HeartbeatTarget } from './heartbeat.ts';
 import { restartLine } from '../last-words.ts';
@@ -149,6 +149,7 @@ export class ConductorLink {
     }
     await this.agent.executor.reset('the agent was powered off or rebooted (simulated)');
     this.state.setToken(this.config.token.agentToken ?? null);
+    this.state.autoTls = null;
     this.state.update({ node: undefined, callbackUrl: undefined });
   }
 
@@ -236,7 +237,11 @@ export class ConductorLink {
 
   private async tlsFor(boot: Boot, version: number, host: string, lc: LookupConfig): Promise<TlsMaterial | undefined> {
     if (version < V_VERIFY_CA || !boot.keys) return undefined;
-    const { key, cert } = generateCertificate(host, await boot.keys);
+    // One carried over a crash (main.ts) while it fits; a new boot (shutdown) always makes a new one.
+    const carried = this.state.autoTls;
+    const { key, cert } = carried && certificateServes(carried, host) ? carried : generateCertificate(host, await boot.keys);
+    if (carried && carried.cert !== cert) this.log.warn('the certificate carried over the restart no longer fits: made a new one');
+    this.state.autoTls = { key, cert };
     const ciphers = lc.tlsCipherSuites ?? this.config.tls.cipherSuites;
     return { key, cert, minVersion: lc.tlsMinVersion ?? this.config.tls.minVersion, ...(ciphers ? { ciphers } : {}) };
   }
