@@ -48,6 +48,8 @@ export class AgentState extends EventEmitter {
   private token: string | null;
   /** Once a GET carried the valid token, GETs must carry it (Ironic 21.4 sends none, newer ones do). */
   getTokenSeen = false;
+  /** The conductor's API is 1.96 or later, so it sends the token on GET: required from the first request. */
+  conductorSendsGetToken = false;
 
   constructor(version: string, initialToken: string | null) {
     super();

@@ -196,6 +196,28 @@ describe.skipIf(noNic)('conductor link', () => {
     expect(agent.services.state.agentToken).not.toMatch(/^an-old-boot/);
   });
 
+  it.each([
+    ['1.115', 'from the first request', false],
+    ['1.96', 'from the first request', false],
+    ['1.95', 'only after a GET carried it', true],
+    ['1.82', 'only after a GET carried it', true],
+  ])('a %s conductor: the token is required on GET %s', async (maxVersion, _how, openFirst) => {
+    const fake = await conductor({ nodes: [{ macs }], maxVersion });
+    const node = [...fake.nodes.values()][0]!;
+    const { link } = linked(fake.url);
+    await link.start();
+    await fake.waitFor(() => fake.heartbeats.length >= 1, 'a heartbeat');
+    const bare = fake.clientFor(node.uuid, { tokenOnGet: false });
+    const tokened = fake.clientFor(node.uuid);
+    cleanups.push(() => bare.close(), () => tokened.close());
+    if (openFirst) {
+      expect(await bare.commands()).toEqual([]);
+      expect(await tokened.commands()).toEqual([]);
+    }
+    await expect(bare.commands()).rejects.toThrow(/401/);
+    expect(await tokened.commands()).toEqual([]);
+  });
+
   it('serves plain HTTP and omits agent_verify_ca below 1.68', async () => {
     const fake = await conductor({ nodes: [{ macs }], maxVersion: '1.67', requireTls: false });
     const { link } = linked(fake.url);

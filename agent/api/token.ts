@@ -1,8 +1,8 @@
 // The agent-token rule for the command routes. The token travels only as the `agent_token` query
-// parameter (first occurrence wins). POST always needs it once the agent holds one. GET stays open
-// until a GET arrives carrying the right token (Ironic 21.4 sends none on GET; newer Ironic always
-// does), unless `requireOnGet` makes it mandatory from the start. Without a token, only a standalone
-// agent serves commands.
+// parameter (first occurrence wins). POST always needs it once the agent holds one. GET needs it from
+// the first request when the conductor sends it on GET (API 1.96 and later, as IPA master requires) or
+// `requireOnGet` says so; for an older conductor (21.4 sends none on GET) GET stays open until a GET
+// arrives carrying the right token. Without a token, only a standalone agent serves commands.
 import type { MiddlewareHandler } from 'hono';
 import type { AgentState } from '../state.ts';
 import { FAULTS, fault } from './envelope.ts';
@@ -23,7 +23,7 @@ export function tokenCheck(state: AgentState, policy: TokenPolicy): MiddlewareHa
       ok = given === held;
       if (ok && c.req.method !== 'POST') state.getTokenSeen = true;
     } else {
-      ok = c.req.method !== 'POST' && !policy.requireOnGet && !state.getTokenSeen;
+      ok = c.req.method !== 'POST' && !policy.requireOnGet && !state.conductorSendsGetToken && !state.getTokenSeen;
     }
     if (!ok) return fault(c, 401, FAULTS.token);
     await next();

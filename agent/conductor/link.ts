@@ -20,7 +20,7 @@ import { lookupNode, type LookupResult } from './lookup.ts';
 import { acceptToken, type LookupConfig } from './lookup-reply.ts';
 import { inspect, type InspectionDeps } from '../inspect/flow.ts';
 import { waitForNicMacs } from './nics.ts';
-import { V_VERIFY_CA, VersionCache } from './versions.ts';
+import { V_TOKEN_ON_GET, V_VERIFY_CA, VersionCache } from './versions.ts';
 
 export interface LinkOptions {
   clock?: Clock;
@@ -165,6 +165,8 @@ export class ConductorLink {
     const versions = new VersionCache(this.api, this.config.lookup.ironicApiVersion, this.log);
     this.state.update({ phase: 'finding conductor', conductorUrl: this.api.current });
     const version = (boot.version = await versions.get(signal));
+    // A conductor that sends the token on every GET gets no unauthenticated GET, not even the first.
+    this.state.conductorSendsGetToken = version >= V_TOKEN_ON_GET;
     this.state.update({ phase: 'waiting for network', conductorUrl: this.api.current });
     await this.clock.sleep(this.config.hardwareInitDelayS * 1000, signal);
     boot.macs = await waitForNicMacs(this.config.lookup.nicWaitS, this.clock, signal);

@@ -11,6 +11,8 @@ export const V_AGENT_VERSION = 36;
 export const V_TOKEN = 62;
 /** `agent_verify_ca` and auto-TLS; IPA caps the heartbeat header here. */
 export const V_VERIFY_CA = 68;
+/** 2025.1 (Ironic 29.0): the conductor sends the agent token on GET /v1/commands too. */
+export const V_TOKEN_ON_GET = 96;
 
 export function parseVersion(text: unknown): number | undefined {
   if (typeof text !== 'string') return undefined;

@@ -16,14 +16,15 @@ export class Baremetal {
 
   /** Runs `baremetal <args>`; a non-zero exit throws with the CLI's own error text. */
   async run(args: readonly string[]): Promise<string> {
-    const r = await execa('baremetal', args, { env: this.ironic.cliEnv, reject: false });
+    const [cmd, ...pre] = this.ironic.cli;
+    const r = await execa(cmd!, [...pre, ...args], { env: this.ironic.cliEnv, reject: false });
     if (r.exitCode !== 0) throw new Error(`baremetal ${args.join(' ')} failed (exit ${r.exitCode}): ${r.stderr.trim()}`);
     return r.stdout;
   }
 
   async node(ident: string): Promise<NodeView> {
     const res = await fetch(`${this.ironic.url}/v1/nodes/${ident}`, {
-      headers: { 'X-OpenStack-Ironic-API-Version': '1.82' },
+      headers: { 'X-OpenStack-Ironic-API-Version': this.ironic.apiVersion },
     });
     if (res.status !== 200) throw new Error(`GET /v1/nodes/${ident}: HTTP ${res.status} ${await res.text()}`);
     return (await res.json()) as NodeView;

@@ -1,4 +1,6 @@
-// A real Ironic per test file, started and stopped by scripts/ironic-standalone (only what it started).
+// A real Ironic per test file, started and stopped by its harness (only what it started): Debian's 21.4
+// (scripts/ironic-standalone, the host's packages) or the newest, sid's 39.0 (scripts/ironic-sid, a cached
+// chroot in its own mount + PID namespaces), chosen by INA_IRONIC=21.4|sid (default 21.4).
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -6,19 +8,41 @@ import { execa } from 'execa';
 import { inject } from 'vitest';
 import { noteStarted } from './leftovers.ts';
 
-const SCRIPTS = resolve(import.meta.dirname, '../../../scripts/ironic-standalone');
+export type IronicKind = '21.4' | 'sid';
+
+const SCRIPTS: Record<IronicKind, string> = {
+  '21.4': resolve(import.meta.dirname, '../../../scripts/ironic-standalone'),
+  sid: resolve(import.meta.dirname, '../../../scripts/ironic-sid'),
+};
+
+/** The conductor this run drives: INA_IRONIC, default 21.4. */
+export function ironicKind(): IronicKind {
+  const v = process.env.INA_IRONIC ?? '21.4';
+  if (v !== '21.4' && v !== 'sid') throw new Error(`INA_IRONIC must be 21.4 or sid, not ${v}`);
+  return v;
+}
 
 export interface IronicOptions {
   mode?: 'single' | 'split';
   fastTrack?: boolean;
+  /** [agent]require_tls; default: the conductor's own default (21.4: false, sid: true). */
   requireTls?: boolean;
+  /** [agent]image_download_source (default http) and [DEFAULT]force_raw_images (default true). */
+  downloadSource?: 'http' | 'local';
+  forceRaw?: boolean;
 }
 
 export interface RunningIronic {
+  kind: IronicKind;
   url: string;
   runDir: string;
+  requireTls: boolean;
+  /** The `baremetal` CLI for this conductor: the host's for 21.4, the chroot's own for sid. */
+  cli: string[];
   /** OS_* variables that point the `baremetal` CLI at this Ironic with noauth. */
   cliEnv: Record<string, string>;
+  /** The API microversion the suite speaks to this conductor. */
+  apiVersion: string;
   /** The conductor's log (single process: the one `ironic` log). */
   conductorLog(): Promise<string>;
   /** The API's log, where every request the agent makes is a line. */
@@ -27,29 +51,39 @@ export interface RunningIronic {
 }
 
 export async function startIronic(opts: IronicOptions = {}): Promise<RunningIronic> {
+  const kind = ironicKind();
+  const scripts = SCRIPTS[kind];
   const runDir = await mkdtemp(join(tmpdir(), 'ina-ironic-'));
   const mode = opts.mode ?? (process.env.INA_IRONIC_MODE === 'split' ? 'split' : 'single');
+  const requireTls = opts.requireTls ?? kind === 'sid';
   const env = {
     IRONIC_MODE: mode,
     IRONIC_FAST_TRACK: String(opts.fastTrack ?? true),
-    IRONIC_REQUIRE_TLS: String(opts.requireTls ?? false),
+    IRONIC_REQUIRE_TLS: String(requireTls),
+    IRONIC_DOWNLOAD_SOURCE: opts.downloadSource ?? 'http',
+    IRONIC_FORCE_RAW: String(opts.forceRaw ?? true),
   };
-  const started = await execa('bash', [join(SCRIPTS, 'start.sh'), runDir], { env, reject: false });
+  const started = await execa('bash', [join(scripts, 'start.sh'), runDir], { env, reject: false });
   if (started.exitCode !== 0) {
     await rm(runDir, { recursive: true, force: true });
-    throw new Error(`scripts/ironic-standalone/start.sh failed (exit ${started.exitCode}):\n${started.stderr}`);
+    throw new Error(`${scripts}/start.sh failed (exit ${started.exitCode}):\n${started.stderr}`);
   }
-  noteStarted(inject('leftoversFile'), { kind: 'ironic', runDir });
+  noteStarted(inject('leftoversFile'), { kind: 'ironic', runDir, stop: join(scripts, 'stop.sh') });
   const url = started.stdout.trim();
+  const apiVersion = kind === 'sid' ? '1.115' : '1.82';
   const logOf = (name: string) => () => readFile(join(runDir, 'log', name), 'utf8').catch(() => '');
   return {
+    kind,
     url,
     runDir,
-    cliEnv: { OS_AUTH_TYPE: 'none', OS_ENDPOINT: url, OS_BAREMETAL_API_VERSION: '1.82' },
+    requireTls,
+    cli: kind === 'sid' ? ['bash', join(scripts, 'baremetal.sh')] : ['baremetal'],
+    cliEnv: { OS_AUTH_TYPE: 'none', OS_ENDPOINT: url, OS_BAREMETAL_API_VERSION: apiVersion },
+    apiVersion,
     conductorLog: logOf(mode === 'single' ? 'ironic.log' : 'ironic-conductor.log'),
     apiLog: logOf(mode === 'single' ? 'ironic.log' : 'ironic-api.log'),
     stop: async () => {
-      await execa('bash', [join(SCRIPTS, 'stop.sh'), runDir], { reject: false });
+      await execa('bash', [join(scripts, 'stop.sh'), runDir], { reject: false });
       if (!process.env.INA_KEEP_IRONIC_RUN) await rm(runDir, { recursive: true, force: true });
     },
   };

@@ -1,13 +1,11 @@
 // What a test file started that must not outlive the run if its worker dies mid-test (Ironic, the
 // agent, loop devices): each start is noted in a file, and the global teardown ends what is still there.
 import { appendFileSync, existsSync, readFileSync, readdirSync, rmSync } from 'node:fs';
-import { basename, dirname, join, resolve } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 
-const STOP = resolve(import.meta.dirname, '../../../scripts/ironic-standalone/stop.sh');
-
 export type Leftover =
-  | { kind: 'ironic'; runDir: string }
+  | { kind: 'ironic'; runDir: string; stop: string }
   | { kind: 'agent'; pid: number }
   | { kind: 'loop'; dev: string; file: string }
   | { kind: 'dir'; path: string };
@@ -43,7 +41,7 @@ export function stopLeftovers(file: string): string[] {
       if (existsSync(item.path)) rmSync(item.path, { recursive: true, force: true });
     } else if (item.kind === 'ironic') {
       if (!existsSync(item.runDir) || !readdirSync(item.runDir).some((f) => f.endsWith('.pid'))) continue;
-      execFileSync('bash', [STOP, item.runDir], { stdio: 'ignore' });
+      execFileSync('bash', [item.stop, item.runDir], { stdio: 'ignore' });
       rmSync(item.runDir, { recursive: true, force: true });
       stopped.push(`Ironic in ${item.runDir}`);
     } else if (item.kind === 'loop') {

@@ -16,7 +16,8 @@ export const DISK_BYTES = 128 * MiB;
 
 export interface RigOptions {
   ironic?: IronicOptions;
-  /** The agent serves HTTPS with its auto-generated certificate (what `[agent]require_tls` needs). */
+  /** The agent serves HTTPS with its auto-generated certificate (what `[agent]require_tls` needs; default: on
+   *  exactly when the conductor requires TLS). */
   autoTls?: boolean;
   agentFlags?: Record<string, string>;
 }
@@ -103,7 +104,7 @@ export async function createRig(name: string, opts: RigOptions = {}): Promise<Ri
       apiUrl: ironic.url,
       disk: disk.path,
       dir,
-      autoTls: opts.autoTls ?? false,
+      autoTls: opts.autoTls ?? ironic.requireTls,
       extraFlags: opts.agentFlags,
     });
     cleanups.push(() => agent.stop());
