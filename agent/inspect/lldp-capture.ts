@@ -21,22 +21,26 @@ function captureOne(name: string, opts: CaptureOptions): Promise<LldpTlv[]> {
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => out.push(c));
     child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    const timer = setTimeout(() => child.kill('SIGTERM'), opts.timeoutS * 1000);
+    let windowClosed = false;
+    const timer = setTimeout(() => {
+      windowClosed = true;
+      child.kill('SIGTERM');
+    }, opts.timeoutS * 1000);
     child.on('error', (err) => {
       clearTimeout(timer);
       reject(new LldpCaptureError(`cannot run tcpdump: ${err.message}`));
     });
-    child.on('close', (code, signal) => {
+    child.on('close', (code) => {
       clearTimeout(timer);
       let frames: Buffer[] = [];
       try {
         frames = pcapPackets(Buffer.concat(out));
       } catch (err) {
-        if (signal === null) return reject(new LldpCaptureError(`tcpdump on ${name}: ${(err as Error).message}`));
+        if (!windowClosed) return reject(new LldpCaptureError(`tcpdump on ${name}: ${(err as Error).message}`));
       }
       if (frames.length > 0) return resolve(parseLldpFrame(frames[0]!));
-      // Stopped by the timer: the window passed without a frame.
-      if (signal !== null) return resolve([]);
+      // Stopped at the end of the window (tcpdump exits 0 on SIGTERM): no frame arrived.
+      if (windowClosed) return resolve([]);
       reject(new LldpCaptureError(`tcpdump on ${name} exited with ${code}: ${stderr.trim().split('\n').at(-1) ?? ''}`));
     });
   });
