@@ -29,6 +29,15 @@ export function createAgent(config: Config, log: Logger, registry: Readonly<Reco
     host: new HostActions(config.hostActions, log),
   };
   const executor = new CommandExecutor(registry, services);
+  if (config.standalone) {
+    // Without a conductor link (which boots again itself), a simulated power action forgets token and
+    // history; a command still running is cancelled and waited for, and the agent is busy until then.
+    services.host.on('simulated-restart', (action) => {
+      log.info({ action }, 'simulated power action: forgetting token and history');
+      state.setToken(config.token.agentToken ?? null);
+      void executor.reset(`the agent was simulated to ${action}`);
+    });
+  }
   const app = createApp({
     executor,
     state,

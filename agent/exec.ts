@@ -1,5 +1,6 @@
 // The one way the agent runs external tools: execa with logging, a timeout, and errors that name the
 // command, exit code and stderr, so a failed sgdisk reads as such in `command_error.details`.
+import { existsSync } from 'node:fs';
 import { execa, type Options, type ResultPromise } from 'execa';
 import { ToolError } from './errors.ts';
 import type { Logger } from './log.ts';
@@ -23,10 +24,27 @@ export function commandLine(file: string, args: readonly string[]): string {
   return [file, ...args].map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : JSON.stringify(a))).join(' ');
 }
 
+/**
+ * The argv that runs `file` so that it cannot outlive the agent: setpriv sets the kernel's parent-death
+ * signal (SIGKILL) and execs the tool, which keeps it through its own execs (prlimit → qemu-img). A tool
+ * left behind by a killed agent would go on writing a disk nobody deploys any more.
+ */
+export function mortal(file: string, args: readonly string[]): [string, string[]] {
+  return [SETPRIV, ['--pdeathsig', 'KILL', '--', file, ...args]];
+}
+
+/** By its path where it is one, so that a tool missing from PATH is reported as that tool, not setpriv. */
+const SETPRIV = ['/usr/bin/setpriv', '/bin/setpriv', '/usr/sbin/setpriv', '/sbin/setpriv'].find((p) => existsSync(p)) ?? 'setpriv';
+
+/** setpriv's own failure to execute the tool (exit 127 and its message), as opposed to the tool's exit. */
+function notExecuted(exitCode: number | undefined, stderr: string): boolean {
+  return exitCode === 127 && /^setpriv: failed to execute/m.test(stderr);
+}
+
 export async function run(file: string, args: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
   const line = commandLine(file, args);
   opts.log?.debug({ cmd: line }, 'exec');
-  const result = await execa(file, args, {
+  const result = await execa(...mortal(file, args), {
     input: opts.input,
     timeout: opts.timeoutMs ?? 300_000,
     reject: false,
@@ -38,7 +56,7 @@ export async function run(file: string, args: readonly string[], opts: RunOption
   if (result.failed && (result.exitCode === undefined || !(opts.okCodes ?? []).includes(exitCode))) {
     const why = result.timedOut
       ? 'timed out'
-      : (result.cause as NodeJS.ErrnoException | undefined)?.code === 'ENOENT'
+      : (result.cause as NodeJS.ErrnoException | undefined)?.code === 'ENOENT' || notExecuted(result.exitCode, String(result.stderr ?? ''))
         ? 'not installed'
         : `exit code ${exitCode}`;
     const stderr = String(result.stderr ?? '').trim().slice(0, 2000);
@@ -47,7 +65,7 @@ export async function run(file: string, args: readonly string[], opts: RunOption
   return { stdout: String(result.stdout ?? ''), stderr: String(result.stderr ?? ''), exitCode };
 }
 
-/** A long-running tool whose stdio the caller wires itself (qemu-img, the console's shell). */
+/** A long-running tool whose stdio the caller wires itself (qemu-img, the console's shell); see `mortal`. */
 export function spawnTool(file: string, args: readonly string[], opts: Options = {}): ResultPromise {
   return execa(file, args, { buffer: false, ...opts });
 }

@@ -1,13 +1,14 @@
 // The agent process: read the configuration once, then serve (and, with a conductor, link to it).
 import { setFlagsFromString } from 'node:v8';
-import { createAgent } from './agent.ts';
+import { createAgent, type Agent } from './agent.ts';
+import { CommandCancelled } from './commands/executor.ts';
 import { loadConfig, type Config } from './config/config.ts';
 import { ConfigError } from './config/reader.ts';
 import { ConductorLink } from './conductor/link.ts';
 import { FlagSyntaxError } from './config/sources.ts';
-import { createLogger, type Logger } from './log.ts';
+import { createLogger, flushLogsSync, type Logger } from './log.ts';
 import { installLastWords, previousCrash, restartLine } from './last-words.ts';
-import { mirrorStatus } from './status-file.ts';
+import { mirrorStatus, statusDocument, writeStatusSync } from './status-file.ts';
 import { inspectWithoutConductor } from './inspect/without-conductor.ts';
 
 function readConfig(): Config {
@@ -53,32 +54,54 @@ async function main(): Promise<void> {
   }
 
   if (config.standalone) {
-    agent.services.host.on('simulated-restart', (action) => {
-      log.info({ action }, 'simulated power action: forgetting token and history');
-      agent.executor.reset();
-      state.setToken(config.token.agentToken ?? null);
-    });
     const server = await agent.listen();
     state.update({ phase: 'serving' });
     log.info({ port: server.port, standalone: true, allowlist: config.disks.allowlist }, 'agent API listening');
-    stopOn(log, () => server.close());
+    stopOn(agent, config, log, () => server.close());
   } else if (config.apiUrls.length === 0) {
     // Inspection without fast track: Ironic gave only the callback URL and powers the machine off afterwards.
-    stopOn(log, async () => undefined);
+    stopOn(agent, config, log, async () => undefined);
     await inspectWithoutConductor(agent, config, log);
   } else {
     // Like IPA, the API starts only once lookup succeeded; a failed lookup ends the process. The link
     // handles simulated power actions itself (it boots again as a fresh agent).
     const link = new ConductorLink(agent, config, log, { onFatal: die });
-    stopOn(log, () => link.stop());
+    stopOn(agent, config, log, () => link.stop());
     await link.start();
   }
 }
 
-function stopOn(log: Logger, stopServing: () => Promise<void>): void {
+/** How long a stopping agent waits for an interrupted command's tools to exit (a supervisor's KILL comes later). */
+const CANCEL_GRACE_MS = 20_000;
+
+function stopOn(agent: Agent, config: Config, log: Logger, stopServing: () => Promise<void>): void {
+  let stopping = false;
   const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
     log.info({ signal }, 'stopping');
+    const running = agent.executor.current();
+    if (running?.status === 'RUNNING') {
+      // The interrupted command is recorded as such (log, status file), its tools stopped and its disk
+      // cleared as after a failed write, before the process goes.
+      const name = `${running.extension}.${running.commandName}`;
+      log.warn({ signal, command: name, id: running.id }, `${signal} during ${name}: cancelling it before stopping`);
+      const cancelled = agent.executor.cancel(`the agent received ${signal} and stopped during this command`);
+      await Promise.race([cancelled, new Promise((r) => setTimeout(r, CANCEL_GRACE_MS).unref())]);
+      if (running.status === 'RUNNING') {
+        running.finish('FAILED', null, new CommandCancelled(`the agent received ${signal} and stopped during this command`).toCommandError());
+      }
+      log.warn({ signal, command: name, id: running.id, error: running.error }, `${name} interrupted by ${signal}`);
+      if (config.statusFile) {
+        try {
+          writeStatusSync(config.statusFile, statusDocument(agent.services.state, agent.executor));
+        } catch (err) {
+          log.warn({ err: (err as Error).message }, 'could not write the status file');
+        }
+      }
+    }
     await stopServing();
+    flushLogsSync();
     process.exit(0);
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));

@@ -163,6 +163,12 @@ describe('a standalone agent', () => {
         ['{"name": "nodot", "params": {}}', 400, 'Invalid command: Command name must be of the form <extension>.<name>'],
         ['{"name": "bad_extension.fake_command", "params": {}}', 404, 'Not found: Extension with id bad_extension not found.'],
         ['{"name": "test.nope", "params": {}}', 400, 'Invalid command: Unknown command: nope'],
+        // Names from the JavaScript prototype chain are unknown commands like any other.
+        ['{"name": "constructor.keys", "params": {}}', 404, 'Not found: Extension with id constructor not found.'],
+        ['{"name": "__proto__.toString", "params": {}}', 404, 'Not found: Extension with id __proto__ not found.'],
+        ['{"name": "test.constructor", "params": {}}', 400, 'Invalid command: Unknown command: constructor'],
+        ['{"name": "test.__proto__", "params": {}}', 400, 'Invalid command: Unknown command: __proto__'],
+        ['{"name": "test.hasOwnProperty", "params": {}}', 400, 'Invalid command: Unknown command: hasOwnProperty'],
         ['{"name": "test.strict", "params": {"size": "x"}}', 400, "Invalid command parameters: 'size' must be a number"],
       ];
       for (const [body, status, text] of cases) {

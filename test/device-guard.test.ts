@@ -98,4 +98,80 @@ describe('device guard', () => {
         await rm(root, { recursive: true, force: true });
       }
     }));
+
+  describe('loop devices stacked on other block devices (the kernel lists them in neither holders nor slaves)', () => {
+    /** A loop device onto `backing` for the test body, detached afterwards whatever happens. */
+    async function withStacked<T>(backing: string, body: (dev: string) => Promise<T>): Promise<T> {
+      const dev = (await execa('losetup', ['--find', '--show', backing])).stdout.trim();
+      try {
+        return await body(dev);
+      } finally {
+        await execa('losetup', ['-d', dev], { reject: false });
+      }
+    }
+
+    async function mounted<T>(dev: string, body: (dir: string) => Promise<T>): Promise<T> {
+      const dir = await mkdtemp(join(tmpdir(), 'ina-mnt-'));
+      await execa('mount', [dev, dir]);
+      try {
+        return await body(dir);
+      } finally {
+        await execa('umount', [dir], { reject: false });
+        await rm(dir, { recursive: true, force: true });
+      }
+    }
+
+    it('a loop whose backing file is another device: refuses each while the other is mounted', () =>
+      withLoops([16 * MiB], async ([under]) =>
+        withStacked(under!.path, async (over) => {
+          const guard = new DeviceGuard([under!.path, over]);
+          expect(await guard.verdict(under!.path)).toEqual({ ok: true });
+          expect(await guard.verdict(over)).toEqual({ ok: true });
+          await execa('mkfs.ext4', ['-q', '-F', over]);
+          await mounted(over, async (dir) => {
+            expect(await guard.verdict(under!.path)).toEqual({
+              ok: false,
+              reason: `it is the backing file of ${over.slice(5)}, which is mounted at ${dir}`,
+            });
+          });
+          await mounted(under!.path, async (dir) => {
+            expect(await guard.verdict(over)).toEqual({
+              ok: false,
+              reason: `it is a loop device onto ${under!.path.slice(5)}, which is mounted at ${dir}`,
+            });
+          });
+          expect(await guard.verdict(under!.path)).toEqual({ ok: true });
+        }),
+      ));
+
+    it('a loop whose backing file lives on a filesystem of another device: refuses that device while the loop is mounted', () =>
+      withLoops([32 * MiB], async ([disk]) => {
+        await execa('mkfs.ext4', ['-q', '-F', disk!.path]);
+        const outer = await mkdtemp(join(tmpdir(), 'ina-mnt-'));
+        await execa('mount', [disk!.path, outer]);
+        let lazy = false;
+        try {
+          const file = join(outer, 'inner.img');
+          await execa('truncate', ['-s', String(8 * MiB), file]);
+          await withStacked(file, async (inner) => {
+            const guard = new DeviceGuard([disk!.path, inner]);
+            await execa('mkfs.ext4', ['-q', '-F', inner]);
+            await mounted(inner, async (dir) => {
+              // Detached from the tree, the outer filesystem no longer shows in mountinfo, but lives on for the loop.
+              await execa('umount', ['-l', outer]);
+              lazy = true;
+              expect(await guard.verdict(disk!.path)).toEqual({
+                ok: false,
+                reason: `it holds the backing file of ${inner.slice(5)}, which is mounted at ${dir}`,
+              });
+              // Writing the loop itself writes a file, not the device under it.
+              expect((await guard.verdict(inner)).reason).toBe(`it is mounted at ${dir}`);
+            });
+          });
+        } finally {
+          if (!lazy) await execa('umount', [outer], { reject: false });
+          await rm(outer, { recursive: true, force: true });
+        }
+      }));
+  });
 });

@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import {
   AgentIsBusy,
+  CommandExecutionError,
   InvalidCommandError,
   InvalidContentError,
   RequestedObjectNotFoundError,
@@ -12,6 +13,11 @@ import {
   type CommandErrorBody,
 } from '../errors.ts';
 import type { AgentServices, CommandSpec, CommandStatus, Extension, Params } from './types.ts';
+
+/** Why a command stopped before its end: it was cancelled (a reset, the agent stopping). */
+export class CommandCancelled extends CommandExecutionError {
+  static override wireType = CommandExecutionError.name;
+}
 
 export interface CommandResultJson {
   id: string;
@@ -91,12 +97,16 @@ export interface ExecutorEvents {
 export class CommandExecutor extends EventEmitter<ExecutorEvents> {
   private history: CommandRecord[] = [];
   private readonly lock = new Lock();
+  /** Maps, not the plain objects: a name like `constructor` or `__proto__` must find nothing. */
+  private readonly registry: ReadonlyMap<string, ReadonlyMap<string, CommandSpec>>;
+  /** The running async command's cancel switch and the promise that settles once it has wound down. */
+  private running: { record: CommandRecord; abort: AbortController; ended: Promise<void> } | null = null;
+  /** Commands forgotten by a reset that are still winding down: the agent stays busy until they are gone. */
+  private readonly draining = new Set<CommandRecord>();
 
-  constructor(
-    private readonly registry: Readonly<Record<string, Extension>>,
-    private readonly services: AgentServices,
-  ) {
+  constructor(registry: Readonly<Record<string, Extension>>, private readonly services: AgentServices) {
     super();
+    this.registry = new Map(Object.entries(registry).map(([name, ext]) => [name, new Map(Object.entries(ext))]));
   }
 
   list(): readonly CommandRecord[] {
@@ -111,9 +121,35 @@ export class CommandExecutor extends EventEmitter<ExecutorEvents> {
     return this.history.at(-1);
   }
 
-  /** A simulated reboot: the new "boot" starts with an empty history. */
-  reset(): void {
+  /**
+   * A simulated reboot, or the conductor forgot us: the new "boot" starts with an empty history. A command
+   * still running is cancelled first and waited for (its writers and tools gone, its disk cleared as after
+   * any failed write); until then every new command is refused as busy, even once the history is empty.
+   */
+  async reset(why = 'the agent forgot its commands'): Promise<void> {
+    const running = this.running;
     this.history = [];
+    if (!running) return;
+    this.draining.add(running.record);
+    try {
+      await this.cancelRunning(running, why);
+    } finally {
+      this.draining.delete(running.record);
+    }
+  }
+
+  /** Cancels the running async command, if any, and waits until it has wound down; it stays in the history. */
+  async cancel(why: string): Promise<CommandRecord | undefined> {
+    const running = this.running;
+    if (!running) return undefined;
+    await this.cancelRunning(running, why);
+    return running.record;
+  }
+
+  private async cancelRunning(running: NonNullable<CommandExecutor['running']>, why: string): Promise<void> {
+    this.services.log.warn({ command: running.record.commandName, id: running.record.id, why }, 'cancelling the running command');
+    running.abort.abort(new CommandCancelled(why));
+    await running.ended;
   }
 
   /**
@@ -129,10 +165,12 @@ export class CommandExecutor extends EventEmitter<ExecutorEvents> {
 
       const last = this.current();
       if (last?.status === 'RUNNING') throw new AgentIsBusy(last.commandName);
+      const [winding] = this.draining;
+      if (winding) throw new AgentIsBusy(winding.commandName);
 
-      const extension = this.registry[extName];
+      const extension = this.registry.get(extName);
       if (!extension) throw new RequestedObjectNotFoundError('Extension', extName);
-      const spec = Object.hasOwn(extension, method) ? extension[method] : undefined;
+      const spec = extension.get(method);
       if (!spec) throw new InvalidCommandError(`Unknown command: ${method}`);
 
       if (spec.mode === 'sync') return this.runSync(spec, name, extName, method, params);
@@ -148,7 +186,7 @@ export class CommandExecutor extends EventEmitter<ExecutorEvents> {
     params: Params,
   ): Promise<CommandRecord> {
     const record = new CommandRecord(method, extName);
-    const ctx = { ...this.services, progress: () => {} };
+    const ctx = { ...this.services, signal: new AbortController().signal, progress: () => {} };
     try {
       const parsed = spec.parse(params, this.services.config);
       const value = await spec.run(parsed, ctx);
@@ -169,8 +207,10 @@ export class CommandExecutor extends EventEmitter<ExecutorEvents> {
     const parsed = spec.parse(params, this.services.config);
     const record = new CommandRecord(method, extName);
     this.history.push(record);
+    const abort = new AbortController();
     const ctx = {
       ...this.services,
+      signal: abort.signal,
       progress: (report: unknown) => {
         if (record.status !== 'RUNNING') return;
         record.result = report;
@@ -179,19 +219,26 @@ export class CommandExecutor extends EventEmitter<ExecutorEvents> {
     };
     const log = this.services.log;
     log.info({ command: `${extName}.${method}`, id: record.id }, 'command started');
-    void (async () => {
+    const ended = (async () => {
       try {
         const value = await spec.run(parsed, ctx);
+        // A command that ignored its cancellation must not be reported as a success.
+        abort.signal.throwIfAborted();
         record.finish('SUCCEEDED', normaliseResult(value, method, 'async'), null);
         log.info({ command: `${extName}.${method}`, id: record.id }, 'command succeeded');
       } catch (err) {
         const status = err instanceof VersionMismatch ? 'CLEAN_VERSION_MISMATCH' : 'FAILED';
-        record.finish(status, null, toCommandError(err, 'wrap'));
+        const cause = abort.signal.aborted ? abort.signal.reason : err;
+        record.finish(status, null, toCommandError(cause, 'wrap'));
         log.warn({ command: `${extName}.${method}`, id: record.id, err: record.error }, 'command failed');
+      } finally {
+        if (this.running?.record === record) this.running = null;
       }
       this.emit('change', record);
-      this.emit('async-done', record);
+      // A forgotten command's end is nobody's news.
+      if (!this.draining.has(record) && this.history.includes(record)) this.emit('async-done', record);
     })();
+    this.running = { record, abort, ended };
     this.emit('change', record);
     return record;
   }

@@ -16,6 +16,11 @@ export interface AgentServices {
 }
 
 export interface CommandContext extends AgentServices {
+  /**
+   * Aborted when the command is cancelled (the agent forgets its commands, or stops). A command that writes
+   * stops its writers and tools on it, waits for them to exit, and leaves the disk as after a failed write.
+   */
+  signal: AbortSignal;
   /** While an async command runs, whatever it reports here is its `command_result`. */
   progress(report: unknown): void;
 }

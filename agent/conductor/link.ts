@@ -129,7 +129,7 @@ export class ConductorLink {
       await boot.heartbeater?.stop();
       await boot.server?.close();
     }
-    this.agent.executor.reset();
+    await this.agent.executor.reset('the agent was powered off or rebooted (simulated)');
     this.state.setToken(this.config.token.agentToken ?? null);
     this.state.update({ node: undefined, callbackUrl: undefined });
   }
@@ -270,7 +270,8 @@ export class ConductorLink {
     this.log.warn({ reason }, 'conductor rejected the agent token: forgetting token and history, looking up again');
     await boot.heartbeater?.stop();
     boot.heartbeater = undefined;
-    this.agent.executor.reset();
+    // The conductor no longer knows what runs here: it is cancelled, and nothing new starts until it is gone.
+    await this.agent.executor.reset('the conductor rejected the agent token and the agent forgot its commands');
     this.state.setToken(this.config.token.agentToken ?? null);
     this.state.update({ node: undefined });
     await this.within(boot, async () => {

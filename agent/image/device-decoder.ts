@@ -7,6 +7,7 @@
 // with a second, throwaway decoder that is stopped as soon as the head is out.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { ImageWriteError, InvalidImage } from '../errors.ts';
+import { mortal } from '../exec.ts';
 import type { DeviceGuard } from '../safety/device-guard.ts';
 import { TooLargeError } from './block-writer.ts';
 import { rest } from './peek.ts';
@@ -29,7 +30,7 @@ class HeadProbe {
     private readonly kind: Compressed,
     private readonly bytes: number,
   ) {
-    this.child = spawn(DECODER_TOOL[kind], ['-dc'], { stdio: ['pipe', 'pipe', 'pipe'] });
+    this.child = spawn(...mortal(DECODER_TOOL[kind], ['-dc']), { stdio: ['pipe', 'pipe', 'pipe'] });
     this.exit = exitOf(this.child);
     // The probe may be stopped while it is still being fed.
     this.child.stdin!.on('error', () => undefined);
@@ -143,11 +144,11 @@ export class DeviceDecoder {
     await guard.assertWritable(device, 'write an image to');
     // Whole 1 MiB blocks from the pipe (iflag=fullblock): dd drops O_DIRECT for good after its first short
     // write, which a pipe would otherwise give it at once. One fdatasync at the end, as for raw images.
-    const dd = spawn('dd', [`of=${device}`, 'bs=1M', 'iflag=fullblock', 'oflag=direct', 'conv=fdatasync'], {
+    const dd = spawn(...mortal('dd', [`of=${device}`, 'bs=1M', 'iflag=fullblock', 'oflag=direct', 'conv=fdatasync']), {
       stdio: ['pipe', 'ignore', 'pipe'],
       env: { ...process.env, LC_ALL: 'C' },
     });
-    const decoder = spawn(DECODER_TOOL[kind], ['-dc'], { stdio: ['pipe', dd.stdin!, 'pipe'] });
+    const decoder = spawn(...mortal(DECODER_TOOL[kind], ['-dc']), { stdio: ['pipe', dd.stdin!, 'pipe'] });
     // The decoder holds the pipe's write end now; dd sees the end of its input when the decoder exits.
     dd.stdin!.destroy();
     return new DeviceDecoder(kind, device, decoder, dd);

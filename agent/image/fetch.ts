@@ -29,6 +29,8 @@ export interface FetchPolicy {
   deadline: number;
   authorization?: string;
   log: Logger;
+  /** The command was cancelled: whatever is in flight or waiting stops at once. */
+  cancel?: AbortSignal;
 }
 
 export interface OpenedImage {
@@ -108,16 +110,19 @@ export class ImageFetcher {
     private readonly dispatchers: Dispatchers,
     private readonly policy: FetchPolicy,
   ) {
-    if (policy.deadline > 0) this.signal = AbortSignal.timeout(Math.max(1, policy.deadline - Date.now()));
+    const signals = [policy.cancel, policy.deadline > 0 ? AbortSignal.timeout(Math.max(1, policy.deadline - Date.now())) : undefined];
+    const present = signals.filter((s): s is AbortSignal => s !== undefined);
+    if (present.length > 0) this.signal = AbortSignal.any(present);
   }
 
   /** Sleeps between attempts, never past the overall deadline. */
   private async pause(ms: number): Promise<void> {
     const left = this.policy.deadline > 0 ? Math.max(0, this.policy.deadline - Date.now()) : ms;
-    await sleep(Math.min(ms, left));
+    await sleep(Math.min(ms, left), undefined, { signal: this.policy.cancel });
   }
 
   private checkDeadline(): void {
+    this.policy.cancel?.throwIfAborted();
     if (this.policy.deadline > 0 && Date.now() > this.policy.deadline) {
       throw new ImageDownloadTimeoutError('The image download did not finish within ipa-image-download-max-duration');
     }

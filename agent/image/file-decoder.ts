@@ -7,6 +7,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { open, type FileHandle } from 'node:fs/promises';
 import { ImageWriteError, ToolError, errorText } from '../errors.ts';
+import { mortal } from '../exec.ts';
 import { TooLargeError } from './block-writer.ts';
 import { DECODER_TOOL, type Compressed } from './decompress.ts';
 import { assertStarted, decodeFailure, exitOf, failed, feed, reason, type Exit } from './tool-process.ts';
@@ -25,7 +26,7 @@ export async function decodeToFile(kind: Compressed, compressed: AsyncIterable<B
   try {
     // No core file when the limit stops it (SIGXFSZ dumps core by default); messages in English, for the
     // ENOSPC check below.
-    child = spawn('prlimit', [`--fsize=${limit}`, '--core=0', '--', tool, '-dc'], {
+    child = spawn(...mortal('prlimit', [`--fsize=${limit}`, '--core=0', '--', tool, '-dc']), {
       stdio: ['pipe', fh.fd, 'pipe'],
       env: { ...process.env, LC_ALL: 'C' },
     });

@@ -44,6 +44,8 @@ export interface PipelineJob {
   info: ImageInfo;
   device: TargetDevice;
   meter: ProgressMeter;
+  /** The command's cancellation: every transfer and tool stops, and the disk is cleared as after a failure. */
+  signal?: AbortSignal;
 }
 
 /**
@@ -83,6 +85,7 @@ export async function writeImage(job: PipelineJob): Promise<{ path: 'stream' | '
     deadline: config.image.maxDurationS > 0 ? Date.now() + config.image.maxDurationS * 1000 : 0,
     authorization: job.info.authorization,
     log,
+    cancel: job.signal,
   });
   const stream = job.info.streamRaw && job.info.diskFormat === 'raw';
   try {
@@ -94,9 +97,9 @@ export async function writeImage(job: PipelineJob): Promise<{ path: 'stream' | '
         const bytes = stream ? await streamOnce(job, fetcher, expected) : await bufferOnce(job, fetcher, expected);
         return { path: stream ? 'stream' : 'buffer', bytes };
       } catch (err) {
-        if (!retryable(err, wrongDigests) || attempt >= config.image.retries) throw err;
+        if (job.signal?.aborted || !retryable(err, wrongDigests) || attempt >= config.image.retries) throw err;
         log.warn({ attempt, err: errorText(err) }, 'image transfer failed, starting again from byte zero');
-        await sleep(config.image.retryIntervalS * 1000);
+        await sleep(config.image.retryIntervalS * 1000, undefined, { signal: job.signal });
       }
     }
   } finally {
@@ -111,6 +114,11 @@ async function expectedChecksum(info: ImageInfo, fetcher: ImageFetcher, md5Enabl
     digest = parseChecksumFile(text, imageFileNames(info.urls), shownUrl(digest));
   }
   return expectedDigest(info.checksum.algo, digest, md5Enabled);
+}
+
+/** A pipeline's options: a cancelled command destroys every stage, which stops its tools and writers. */
+function cancelOption(job: PipelineJob): { signal?: AbortSignal } {
+  return job.signal ? { signal: job.signal } : {};
 }
 
 /** Runs `body` with a hashing thread that is stopped afterwards, however `body` ends. */
@@ -203,7 +211,7 @@ async function streamOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
           await pipeline(sniffed.chunks, headGate(INSPECT_HEAD_BYTES, checkHead), writer);
           bytes = writer.written;
         }
-      });
+      }, cancelOption(job));
       return hash.digest();
     });
     verifyDigest(expected, digest, info.id, url);
@@ -240,7 +248,7 @@ async function downloadToBuffer(job: PipelineJob, image: OpenedImage, file: stri
         await writer.release();
       }
       return 'none';
-    });
+    }, cancelOption(job));
     return compression === 'none' ? null : await hash.digest();
   } catch (err) {
     if (err instanceof TooLargeError) {
@@ -334,6 +342,7 @@ async function bufferOnce(job: PipelineJob, fetcher: ImageFetcher, expected: Exp
       const found = await inspectBuffer(job, file).catch(async (err: unknown) => {
         throw await checksum.explain(err);
       });
+      job.signal?.throwIfAborted();
       await clearSignatures(device.path, device.size, guard, log);
       try {
         const head = found.format === 'raw'
@@ -369,6 +378,7 @@ async function copyFileToDevice(file: string, found: InspectedBuffer, device: Ta
         }
       },
       writer,
+      cancelOption(job),
     );
   } finally {
     await writer.release();
@@ -388,6 +398,7 @@ async function convertFileToDevice(file: string, found: InspectedBuffer, device:
     memoryLimitMiB: config.image.convertMemoryLimitMiB,
     guard,
     log,
+    signal: job.signal,
     onPercent: (p) => job.meter.set(Math.round((virtualSize * p) / 100)),
   });
   await flushDevice(device.path, guard);

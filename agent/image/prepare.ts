@@ -10,6 +10,7 @@ import { run } from '../exec.ts';
 import type { Logger } from '../log.ts';
 import type { ImageInfo } from './image-info.ts';
 import { writeImage } from './pipeline.ts';
+import { clearSignatures } from './write.ts';
 import { ProgressMeter, type ProgressReport } from '../progress.ts';
 
 /** The UUID map of the last image written, per agent (IPA keeps it for the process lifetime). */
@@ -71,16 +72,32 @@ async function deployImage(ctx: CommandContext, req: PrepareRequest, services: C
   // A write that fails may already have changed the disk, so the UUIDs of the image before cannot be trusted;
   // one that fails before writing (a 404, a refusal) forgets them too, which costs nothing.
   lastUuids.delete(ctx.state);
-  const written = await writeImage({ services, info, device, meter });
+  const { signal } = ctx;
+  const written = await writeImage({ services, info, device, meter, signal });
   log.info({ device: device.path, path: written.path, bytes: written.bytes }, 'image written');
 
-  meter.start('check', null);
-  await checkPartitionTable(device.path, log);
-  if (drive) {
-    meter.start('configdrive', drive.bytes.length);
-    await writeConfigDrivePartition(services, device.path, drive);
+  let uuids: Record<string, string>;
+  try {
+    signal.throwIfAborted();
+    meter.start('check', null);
+    await checkPartitionTable(device.path, log);
+    if (drive) {
+      signal.throwIfAborted();
+      meter.start('configdrive', drive.bytes.length);
+      await writeConfigDrivePartition(services, device.path, drive);
+    }
+    uuids = await readPartitionUuids(services, device.path);
+    signal.throwIfAborted();
+  } catch (err) {
+    // A cancelled deploy leaves nothing bootable behind, as a failed write does; the image is whole, but the
+    // deployment it belonged to is forgotten.
+    if (signal.aborted) {
+      await clearSignatures(device.path, device.size, ctx.guard, log).catch((e) =>
+        log.warn({ device: device.path, err: errorText(e) }, 'could not clear a cancelled deployment'),
+      );
+    }
+    throw err;
   }
-  const uuids = await readPartitionUuids(services, device.path);
   lastUuids.set(ctx.state, uuids);
 
   let message = `image (${info.id}) written to device ${device.path} root_uuid=${uuids['root uuid']}`;

@@ -20,7 +20,12 @@ export function exitOf(child: ChildProcess): Promise<Exit> {
   });
   return new Promise((resolve) => {
     child.once('error', (err) => resolve({ code: null, signal: null, stderr, notStarted: `${child.spawnfile} could not be started: ${err.message}` }));
-    child.once('close', (code, signal) => resolve({ code, signal, stderr: stderr.trim() }));
+    child.once('close', (code, signal) => {
+      // Run through setpriv (exec.ts `mortal`): its own failure to execute the tool means the same.
+      const unexecuted = code === 127 ? /^setpriv: failed to execute (\S+): (.*)$/m.exec(stderr) : null;
+      const notStarted = unexecuted ? { notStarted: `${unexecuted[1]} could not be started: ${unexecuted[2]}` } : {};
+      resolve({ code, signal, stderr: stderr.trim(), ...notStarted });
+    });
   });
 }
 

@@ -1,10 +1,13 @@
 // The one place that decides whether a block device may be chosen or written. Every write path asks
 // `assertWritable` first. A device is protected when it, a partition of it, or anything stacked on it
-// (dm, md, loop holders) is mounted or used as swap — which covers the root filesystem — or when an
-// allow-list is configured and neither it nor its parent disk is on it.
+// (dm, md, loop devices) is mounted or used as swap — which covers the root filesystem — or when an
+// allow-list is configured and neither it nor its parent disk is on it. The kernel lists dm and md in
+// `slaves`, but not loops: a loop's backing file is read from sysfs, and both directions are refused —
+// the device holding a used loop's backing file, and a loop whose backing file is a protected device.
 import { readFile, readdir, readlink, realpath, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { ProtectedDeviceError } from '../errors.ts';
+import { run } from '../exec.ts';
 
 export interface GuardVerdict {
   ok: boolean;
@@ -39,6 +42,10 @@ async function listDir(path: string): Promise<string[]> {
   } catch {
     return [];
   }
+}
+
+function majorMinor(dev: number): string {
+  return `${Math.floor(dev / 256) & 0xfff}:${(dev & 0xff) | ((dev >> 12) & 0xfff00)}`;
 }
 
 export class DeviceGuard {
@@ -103,9 +110,52 @@ export class DeviceGuard {
     return used;
   }
 
-  /** Every device below a used one (its parent disk, its slaves, theirs), with a sentence saying why. */
+  /**
+   * Each attached loop device and where its data lives: the block device that is its backing file, or
+   * the device holding the filesystem its backing file is on (`file`).
+   */
+  private async loops(): Promise<Map<string, { device: string; file: boolean }>> {
+    const out = new Map<string, { device: string; file: boolean }>();
+    for (const name of await listDir(this.paths.sysClassBlock)) {
+      const backing = (await readText(`${this.paths.sysClassBlock}/${name}/loop/backing_file`)).trim();
+      if (!backing) continue;
+      const st = await stat(backing).catch(() => null);
+      if (!st) {
+        // The path no longer leads to it (deleted, on a filesystem unmounted lazily, in another mount
+        // namespace); the kernel still knows the device it lives on.
+        const device = await this.backingDeviceOf(name);
+        if (device) out.set(name, { device, file: true });
+        continue;
+      }
+      if (st.isBlockDevice()) {
+        const device = await this.kernelName(backing).catch(() => null);
+        if (device) out.set(name, { device, file: false });
+      } else {
+        const device = await this.devNameOf(majorMinor(st.dev));
+        if (device) out.set(name, { device, file: true });
+      }
+    }
+    return out;
+  }
+
+  /** The device holding a loop's backing file, as the kernel recorded it at attach time (LOOP_GET_STATUS64). */
+  private async backingDeviceOf(loop: string): Promise<string | null> {
+    try {
+      const { stdout } = await run('losetup', ['--noheadings', '--list', '--output', 'BACK-MAJ:MIN', `/dev/${loop}`], { timeoutMs: 10_000 });
+      const majMin = stdout.trim();
+      return /^\d+:\d+$/.test(majMin) ? await this.devNameOf(majMin) : null;
+    } catch {
+      return null;
+    }
+  }
+
+  /**
+   * Every device below a used one (its parent disk, its slaves, a loop's backing store, theirs), and every
+   * loop device that is a window onto a protected one, with a sentence saying why.
+   */
   private async protectedSet(): Promise<Map<string, string>> {
     const out = new Map<string, string>();
+    const loops = await this.loops();
     const visit = async (name: string, why: string, use: string): Promise<void> => {
       if (out.has(name)) return;
       out.set(name, why);
@@ -114,8 +164,30 @@ export class DeviceGuard {
       for (const slave of await listDir(`${this.paths.sysClassBlock}/${name}/slaves`)) {
         await visit(slave, `is under ${name}, which is ${use}`, use);
       }
+      const loop = loops.get(parent);
+      if (loop) {
+        const how = loop.file ? `holds the backing file of ${parent}` : `is the backing file of ${parent}`;
+        await visit(loop.device, `${how}, which is ${parent === name ? use : `under ${name}, which is ${use}`}`, use);
+      }
     };
     for (const [name, use] of await this.inUse()) await visit(name, `is ${use}`, use);
+    // The other direction: writing a loop whose backing file is a protected device writes that device.
+    for (let grew = true; grew; ) {
+      grew = false;
+      for (const [name, loop] of loops) {
+        if (loop.file || out.has(name)) continue;
+        const below = out.has(loop.device) ? loop.device : await this.parentDisk(loop.device);
+        const reason = out.get(below);
+        if (reason === undefined) continue;
+        const why = `is a loop device onto ${loop.device}, which ${reason}`;
+        out.set(name, why);
+        // Its partitions write into the same device.
+        for (const part of await listDir(`${this.paths.sysClassBlock}/${name}`)) {
+          if (part.startsWith(name) && !out.has(part)) out.set(part, `is a partition of ${name}, which ${why}`);
+        }
+        grew = true;
+      }
+    }
     return out;
   }
 

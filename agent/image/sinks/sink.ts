@@ -1,0 +1,68 @@
+// The one interface every destination of an image implements: the block writer (raw bytes onto a device or
+// the buffer file), the decoder pipe (`pigz|zstd|xz -dc | dd` onto a device), the buffer file's decoder
+// and qemu-img (an inspected buffer file onto a device); the streamed qcow2 writer joins them.
+// The data path composes source → tap → sniff → gate → sink (docs/architecture.md); the sink is the only
+// stage that touches the target.
+
+/** The device (or file) a sink writes. */
+export interface SinkTarget {
+  path: string;
+  /** Bytes the target can hold: the device size, or what the buffer directory may take. */
+  size: number;
+  /** 512 or 4096; 512 for a file. */
+  logicalSectorSize: number;
+}
+
+/** What the gate knows when it hands the head over. */
+export interface HeadFacts {
+  /** The download's length as the server declared it (the compressed length for a compressed image). */
+  totalBytes?: number;
+  /** What the sniff stage found; `none` for plain bytes. */
+  compression: 'gzip' | 'zstd' | 'xz' | 'none';
+}
+
+/** What a finished sink wrote. */
+export interface SinkResult {
+  /** Bytes of image now on the target (decoded bytes for a decoding sink, the virtual size for qemu-img). */
+  bytes: number;
+  /** The first bytes of the image as they are now on the target, for the partition-table step after. */
+  head: Buffer;
+}
+
+/**
+ * Contract, in the order the pipeline calls it (one sink serves exactly one attempt):
+ *
+ *   checkHead(head) ─▶ write(chunks) ─▶ finish()        and always, last: release(); after a failure: wipe()
+ *
+ * Ordering a sink may rely on:
+ * - `checkHead` is called once, before `write`, with the first `headBytes` bytes of the *image* (decoded when
+ *   the download was compressed; fewer when the image is shorter). Nothing reaches the target before it
+ *   resolves. It may refuse by throwing an IPA wire error (InvalidImage, ImageWriteError); `write` then never
+ *   runs. A sink that must prepare its target (clear old signatures) does so here.
+ * - `write` is called at most once, with the sink's input in byte order, each byte exactly once, no gaps:
+ *   plain image bytes for most sinks, the compressed bytes for a decoding sink. A resumed download is spliced
+ *   before it reaches the sink, so a sink never sees a resume. `write` resolves when every chunk is accepted.
+ * - `finish` is called only after `write` resolved; it resolves once the bytes are durable on the target.
+ * - `release` is called exactly once per opened sink, after success or failure, and is idempotent: it stops
+ *   every writer and child process and resolves only when none of them can still change the target.
+ *
+ * Retries: a sink never retries and never sleeps. It throws, with the facts a retry needs as fields of the
+ * error (see image/transfer.ts, the one owner of every retry decision); a fresh attempt opens a fresh sink.
+ *
+ * `wipe` is called after `release`, only for a failed attempt whose `checkHead` resolved (the target may have
+ * been touched). It guarantees that nothing the failed attempt left can boot or be mistaken for a deployed
+ * image: on a device, partition-table and filesystem signatures are gone and the first and last MiB are
+ * zeroed; on a buffer file, the file is removed. It throws if it cannot; the caller logs that and reports the
+ * attempt's own error.
+ */
+export interface Sink {
+  /** For logs: `block writer`, `decoder pipe`, `buffer file`, `qemu-img`, … */
+  readonly name: string;
+  /** How many leading image bytes `checkHead` wants to see (0: none, it is called with an empty head). */
+  readonly headBytes: number;
+  checkHead(head: Buffer, facts: HeadFacts): Promise<void>;
+  write(chunks: AsyncIterable<Buffer>): Promise<void>;
+  finish(): Promise<SinkResult>;
+  release(): Promise<void>;
+  wipe(): Promise<void>;
+}

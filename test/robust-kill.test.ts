@@ -1,0 +1,145 @@
+// The agent's tools die with it: a SIGKILLed agent leaves no qemu-img or dd writing the disk (parent-death
+// signal through setpriv), and SIGTERM during a write cancels the command, records it as interrupted in
+// the log and the status file, and leaves no writer and no bootable half image behind. The agent runs as
+// its own process with its writes throttled (blkio cgroup), so that a write is surely in progress.
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startAgentChild, type AgentChild } from './helpers/agent-child.ts';
+import { call } from './helpers/api-harness.ts';
+import { readDevice } from './helpers/image-agent.ts';
+import { startImageServer, type ImageServer } from './helpers/image-server.ts';
+import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from './helpers/loop.ts';
+import { makeDiskImage, toQcow2, workDir } from './helpers/make-image.ts';
+
+let loop: LoopDevice;
+let work: Awaited<ReturnType<typeof workDir>>;
+let images: ImageServer;
+let raw: string;
+let agent: AgentChild | undefined;
+let scratch: string;
+
+beforeAll(async () => {
+  work = await workDir();
+  raw = (await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 24, randomKiB: 16 * 1024 })).path;
+  images = await startImageServer();
+  // The agent picks the smallest disk of at least 4 GiB when no hints are given; the file stays sparse.
+  loop = await attachLoop(5 * GiB);
+});
+afterEach(async () => {
+  await agent?.stop();
+  agent = undefined;
+  if (scratch) await rm(scratch, { recursive: true, force: true });
+});
+afterAll(async () => {
+  await images?.close();
+  if (loop) await detachLoop(loop);
+  await work?.cleanup();
+});
+
+interface Proc {
+  pid: number;
+  comm: string;
+}
+
+/** Every live descendant of `pid` (zombies count as gone). */
+async function descendants(pid: number): Promise<Proc[]> {
+  const all: { pid: number; ppid: number; comm: string; state: string }[] = [];
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
+    const m = /^(\d+) \((.*)\) (\S) (\d+)/.exec(stat);
+    if (m) all.push({ pid: Number(m[1]), comm: m[2]!, state: m[3]!, ppid: Number(m[4]) });
+  }
+  const out: Proc[] = [];
+  const walk = (parent: number) => {
+    for (const p of all.filter((q) => q.ppid === parent)) {
+      if (p.state !== 'Z') out.push({ pid: p.pid, comm: p.comm });
+      walk(p.pid);
+    }
+  };
+  walk(pid);
+  return out;
+}
+
+async function alive(pids: number[]): Promise<number[]> {
+  const out: number[] = [];
+  for (const pid of pids) {
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+    if (stat && !/^\d+ \(.*\) Z/.test(stat)) out.push(pid);
+  }
+  return out;
+}
+
+async function until<T>(get: () => Promise<T | undefined>, what: string, ms = 30_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await get();
+    if (v !== undefined) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function startThrottled(): Promise<AgentChild> {
+  scratch = await mkdtemp(join(tmpdir(), 'ina-kill-'));
+  agent = await startAgentChild(loop.path, {
+    throttle: { device: loop.path, bytesPerSecond: 1024 * 1024 },
+    flags: {
+      'ipa-image-buffer-dir': scratch,
+      'status-file': join(scratch, 'status.json'),
+      'log-file': join(scratch, 'agent.log'),
+    },
+  });
+  return agent;
+}
+
+async function deploy(a: AgentChild, name: string, file: string, format: string, stream: boolean): Promise<void> {
+  const url = await images.serveFile(name, file);
+  const digest = createHash('sha256').update(await readFile(file)).digest('hex');
+  const r = await call(`${a.url}/v1/commands/`, {
+    method: 'POST',
+    body: JSON.stringify({
+      name: 'standby.prepare_image',
+      params: { image_info: { id: name, urls: [url], os_hash_algo: 'sha256', os_hash_value: digest, disk_format: format, stream_raw_images: stream } },
+    }),
+  });
+  expect(r.json.command_status, r.text).toBe('RUNNING');
+}
+
+describe('tools die with the agent', () => {
+  it('SIGKILL during a qemu-img conversion: qemu-img is gone with the agent', async () => {
+    const a = await startThrottled();
+    await deploy(a, 'kill.qcow2', await toQcow2(raw), 'qcow2', false);
+    const writer = await until(async () => (await descendants(a.pid)).find((p) => p.comm === 'qemu-img'), 'qemu-img to run');
+    // Let it get going, so that it has a long throttled write ahead of it.
+    await new Promise((r) => setTimeout(r, 1000));
+    const family = (await descendants(a.pid)).map((p) => p.pid);
+    a.child.kill('SIGKILL');
+    await a.exited;
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await alive([writer.pid, ...family])).toEqual([]);
+  });
+
+  it('SIGTERM during a write: the command is recorded as interrupted, its tools are gone, the disk is cleared', async () => {
+    const a = await startThrottled();
+    // Something bootable-looking on the disk before: it must not survive as a half image either.
+    await writeFile(loop.path, randomBytes(MiB));
+    await deploy(a, 'term.qcow2', await toQcow2(raw), 'qcow2', false);
+    await until(async () => (await descendants(a.pid)).find((p) => p.comm === 'qemu-img'), 'qemu-img to run');
+    await new Promise((r) => setTimeout(r, 1000));
+    const family = (await descendants(a.pid)).map((p) => p.pid);
+    a.child.kill('SIGTERM');
+    expect(await a.exited).toBe(0);
+    expect(await alive(family)).toEqual([]);
+    const status = JSON.parse(await readFile(join(scratch, 'status.json'), 'utf8'));
+    expect(status.commands).toHaveLength(1);
+    expect(status.commands[0]).toMatchObject({ name: 'standby.prepare_image', status: 'FAILED' });
+    expect(status.commands[0].error.details).toMatch(/received SIGTERM and stopped during this command/);
+    const log = await readFile(join(scratch, 'agent.log'), 'utf8');
+    expect(log).toMatch(/standby\.prepare_image interrupted by SIGTERM/);
+    expect((await readDevice(loop.path, 0, MiB)).equals(Buffer.alloc(MiB))).toBe(true);
+  });
+});
