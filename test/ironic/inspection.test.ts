@@ -140,7 +140,8 @@ describe.skipIf(!sid)('in-band inspection with Ironic 39 (agent inspect interfac
     expect(inv.memory.total).toBe(Number(/^MemTotal:\s+(\d+)/m.exec(await readFile('/proc/meminfo', 'utf8'))![1]) * 1024);
     const lsblk = JSON.parse(execFileSync('lsblk', ['-J', '-b', '-d', '-o', 'KNAME,SIZE,TYPE'], { encoding: 'utf8' })).blockdevices as { kname: string; size: number; type: string }[];
     const lsDisks = lsblk.filter((d) => d.type === 'disk' && d.size > 0).map((d) => [`/dev/${d.kname}`, d.size]);
-    expect(inv.disks.map((d: any) => [d.name, d.size])).toEqual([...lsDisks, [disk.path, disk.sizeBytes]]);
+    const byName = (a: unknown[][]) => [...a].sort((x, y) => String(x[0]).localeCompare(String(y[0])));
+    expect(byName(inv.disks.map((d: any) => [d.name, d.size]))).toEqual(byName([...lsDisks, [disk.path, disk.sizeBytes]]));
     const links = JSON.parse(execFileSync('ip', ['-j', 'link'], { encoding: 'utf8' })) as { ifname: string; address: string }[];
     for (const i of inv.interfaces) expect(links.find((l) => l.ifname === i.name)?.address).toBe(i.mac_address);
     expect(inv.interfaces.map((i: any) => i.mac_address)).toContain(mac);
