@@ -13,10 +13,9 @@ import type { AgentState } from '../state.ts';
 import { postInspection, type CallbackOutcome } from './callback.ts';
 import { runCollectors, type Collector } from './collectors/registry.ts';
 import { liveRoot, type HostRoot } from './host-root.ts';
-import { readInterfaces } from './interfaces.ts';
+import { candidateNames, readInterfaces } from './interfaces.ts';
 import { collectInventory, inventorySummary, type Inventory, type InventorySources } from './inventory.ts';
 import { captureLldp } from './lldp-capture.ts';
-import { candidateNames } from './interfaces.ts';
 
 export interface InspectionDeps {
   config: Config;
