@@ -97,7 +97,11 @@ export async function startVm(o: VmOptions): Promise<Vm> {
     ]),
     '-netdev', netdev,
     '-device', `virtio-net-pci,netdev=n0,mac=${o.mac},romfile=`,
-    ...(o.moreNics ?? []).flatMap((mac, i) => ['-netdev', `user,id=n${i + 1},restrict=on`, '-device', `virtio-net-pci,netdev=n${i + 1},mac=${mac},romfile=`]),
+    // Each on a subnet of its own: the guest must route to HOST_IN_GUEST through the first NIC.
+    ...(o.moreNics ?? []).flatMap((mac, i) => [
+      '-netdev', `user,id=n${i + 1},restrict=on,net=10.0.${3 + i}.0/24`,
+      '-device', `virtio-net-pci,netdev=n${i + 1},mac=${mac},romfile=`,
+    ]),
     ...(o.nvme ?? []).flatMap((d, i) => [
       '-drive', `file=${d.file},if=none,id=nv${i},format=raw,cache=unsafe`,
       '-device', `nvme,drive=nv${i},serial=${d.serial}`,
