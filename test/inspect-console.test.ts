@@ -20,6 +20,6 @@ describe('console status page', () => {
       { width: 100, height: 24 },
     );
     expect(lines).toContain('Inspection  done: HTTP 202, node 5e1c…'.padEnd(0));
-    expect(lines.find((l) => l.startsWith('Inventory'))).toBe('Inventory   2 CPU x86_64, 2048 MiB, 2 disks, 2 NICs, QEMU Standard PC (collected in 412 ms)');
+    expect(lines.find((l) => l.startsWith('Inventory'))).toBe('Inventory   collected in 412 ms: 2 CPU x86_64, 2048 MiB, 2 disks, 2 NICs, QEMU Standard PC');
   });
 });

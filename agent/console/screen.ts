@@ -125,7 +125,8 @@ export function renderStatus(input: ConsoleInput, size: ScreenSize): string[] {
     if (insp) {
       lines.push(field('Inspection', `${insp.phase}${insp.result ? `: ${insp.result}` : ''}`));
       if (insp.summary) {
-        lines.push(field('Inventory', `${insp.summary}${insp.collectionMs !== undefined ? ` (collected in ${insp.collectionMs} ms)` : ''}`));
+        // The time first: an 80-column console cuts the end of the line.
+        lines.push(field('Inventory', `${insp.collectionMs !== undefined ? `collected in ${insp.collectionMs} ms: ` : ''}${insp.summary}`));
       }
     }
     const hb = s.lastHeartbeat;
