@@ -9,6 +9,7 @@ import { FlagSyntaxError } from './config/sources.ts';
 import { createLogger, flushLogsSync, type Logger } from './log.ts';
 import { installLastWords, previousCrash, restartLine } from './last-words.ts';
 import { mirrorStatus, statusDocument, writeStatusSync } from './status-file.ts';
+import { inspectWithoutConductor } from './inspect/without-conductor.ts';
 
 function readConfig(): Config {
   try {
@@ -67,6 +68,10 @@ async function main(): Promise<void> {
     state.update({ phase: 'serving' });
     log.info({ port: server.port, standalone: true, allowlist: config.disks.allowlist }, 'agent API listening');
     stopOn(agent, config, log, () => server.close());
+  } else if (config.apiUrls.length === 0) {
+    // Inspection without fast track: Ironic gave only the callback URL and powers the machine off afterwards.
+    stopOn(agent, config, log, async () => undefined);
+    await inspectWithoutConductor(agent, config, log);
   } else {
     // Like IPA, the API starts only once lookup succeeded; a failed lookup ends the process. The link
     // handles simulated power actions itself (it boots again as a fresh agent).

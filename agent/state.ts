@@ -18,6 +18,18 @@ export interface NodeInfo {
   [key: string]: unknown;
 }
 
+/** What the console shows of in-band inspection. */
+export interface InspectionStatus {
+  phase: 'collecting' | 'posting' | 'done' | 'failed';
+  /** One line: CPUs, memory, disks, NICs, vendor. */
+  summary?: string;
+  /** Time to collect the inventory (excluding LLDP's listening window). */
+  collectionMs?: number;
+  /** What the callback answered: node UUID, or why it failed. */
+  result?: string;
+  at: number;
+}
+
 export interface AgentStatus {
   startedAt: number;
   version: string;
@@ -28,6 +40,7 @@ export interface AgentStatus {
   phase: string;
   /** This run follows a crash of the previous one (its record from the status file). */
   restartedAfter?: CrashReport;
+  inspection?: InspectionStatus;
 }
 
 export class AgentState extends EventEmitter {

@@ -13,6 +13,7 @@ import { heartbeatBody, type HeartbeatTarget } from '../agent/conductor/heartbea
 import { ironicFault } from '../agent/conductor/ironic-api.ts';
 import { lookupPath } from '../agent/conductor/lookup.ts';
 import { nicMacs } from '../agent/conductor/nics.ts';
+import { HostRoot } from '../agent/inspect/host-root.ts';
 import { acceptToken, InvalidLookupReply, parseLookupReply } from '../agent/conductor/lookup-reply.ts';
 import { parseVersion } from '../agent/conductor/versions.ts';
 import { pythonJson } from './helpers/agent-client.ts';
@@ -154,10 +155,11 @@ describe('Python json.dumps spacing (the conductor\'s request bodies)', () => {
 
 describe('NIC MACs from sysfs', () => {
   it('keeps physical NICs with a real MAC, lower-cased, and skips lo and virtual devices', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'ina-sysnet-'));
+    const root = await mkdtemp(join(tmpdir(), 'ina-sysnet-'));
+    const dir = join(root, 'sys/class/net');
     try {
       const nic = async (name: string, mac: string, physical: boolean) => {
-        await mkdir(join(dir, name));
+        await mkdir(join(dir, name), { recursive: true });
         await writeFile(join(dir, name, 'address'), `${mac}\n`);
         if (physical) await symlink('/sys/devices/virtual', join(dir, name, 'device'));
       };
@@ -167,9 +169,9 @@ describe('NIC MACs from sysfs', () => {
       await nic('br0', '52:54:00:aa:bb:03', false);
       await nic('ib0', '80:00:00:48:fe:80:00:00:00:00:00:00:00:00:00:00:00:00:00:01', true);
       await nic('dummy0', '00:00:00:00:00:00', true);
-      expect(await nicMacs(dir)).toEqual(['52:54:00:aa:bb:01', '52:54:00:aa:bb:02']);
+      expect(await nicMacs(new HostRoot(root))).toEqual(['52:54:00:aa:bb:01', '52:54:00:aa:bb:02']);
     } finally {
-      await rm(dir, { recursive: true, force: true });
+      await rm(root, { recursive: true, force: true });
     }
   });
 });

@@ -17,7 +17,8 @@ import { Heartbeater, type BeatEvent, type HeartbeatTarget } from './heartbeat.t
 import { restartLine } from '../last-words.ts';
 import { IronicApi } from './ironic-api.ts';
 import { lookupNode, type LookupResult } from './lookup.ts';
-import type { LookupConfig } from './lookup-reply.ts';
+import { acceptToken, type LookupConfig } from './lookup-reply.ts';
+import { inspect, type InspectionDeps } from '../inspect/flow.ts';
 import { waitForNicMacs } from './nics.ts';
 import { V_TOKEN_ON_GET, V_VERIFY_CA, VersionCache } from './versions.ts';
 
@@ -28,6 +29,8 @@ export interface LinkOptions {
   onFatal?: (err: Error) => void;
   /** Where the NICs' MACs come from: sysfs, unless a harness hands in its own. */
   nics?: () => Promise<string[]>;
+  /** Test overrides of the inspection's sources and collectors. */
+  inspection?: Pick<InspectionDeps, 'sources' | 'collectors'>;
 }
 
 interface Boot {
@@ -192,7 +195,7 @@ export class ConductorLink {
     if (boot.macs.length === 0) {
       throw new NoNetworkError(`no network interface with a MAC address appeared within ${this.config.lookup.nicWaitS} s`);
     }
-    const found = await this.lookup(boot);
+    const found = await this.lookup(boot, await this.inspectFirst(boot));
 
     const host = await advertiseHost(this.config, this.api.current, { clock: this.clock, log: this.log, signal });
     const tls = await this.tlsFor(boot, version, host, found.config);
@@ -215,11 +218,33 @@ export class ConductorLink {
     this.startHeartbeating(boot);
   }
 
-  private async lookup(boot: Boot): Promise<LookupResult> {
+  /**
+   * With a callback URL, inspect before lookup (IPA's order); the node UUID it names narrows the lookup. A
+   * conductor at ≥ 1.84 hands the agent token out in its reply, and lookup then shows only "******".
+   */
+  private async inspectFirst(boot: Boot): Promise<string | undefined> {
+    if (this.config.inspection.callbackUrls.length === 0) return undefined;
+    const result = await inspect({
+      config: this.config,
+      log: this.log,
+      state: this.state,
+      clock: this.clock,
+      signal: boot.abort.signal,
+      conductorVersion: boot.version,
+      ...this.opts.inspection,
+    });
+    const offered = result.lookup?.config.agentToken ?? null;
+    const token = acceptToken(offered, this.state.agentToken);
+    if (token) this.state.setToken(token);
+    return result.nodeUuid;
+  }
+
+  private async lookup(boot: Boot, nodeUuid?: string): Promise<LookupResult> {
     this.state.update({ phase: 'lookup' });
     const found = await lookupNode(
       {
         macs: boot.macs!,
+        nodeUuid,
         version: boot.version!,
         // The configured token, or one carried over a crash (main.ts); reset to the configured one on every new boot.
         heldToken: this.state.agentToken,

@@ -1,31 +1,23 @@
-// The machine's network interfaces as lookup needs them: the MACs of physical NICs, read from sysfs.
-// `lo` and virtual devices (no `device` link: bridges, bonds, veth, ifb, tun) are skipped.
-import { access, readdir, readFile } from 'node:fs/promises';
-import { join } from 'node:path';
+// The MACs lookup sends: every interface the inventory lists (physical NICs, bonds, VLAN interfaces,
+// InfiniBand ports by the MAC Ironic derives from their GUID), as IPA sends its inventory's MACs.
 import type { Clock } from '../clock.ts';
+import { liveRoot, type HostRoot } from '../inspect/host-root.ts';
+import { readInterfaces } from '../inspect/interfaces.ts';
 
-const MAC = /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/;
-const SYS_NET = '/sys/class/net';
-
-/** Lower-case MACs of the physical NICs, in interface-name order. */
-export async function nicMacs(dir = SYS_NET): Promise<string[]> {
-  const names = (await readdir(dir)).sort();
+/** Lower-case MACs in interface-name order, each once. */
+export async function nicMacs(root: HostRoot = liveRoot): Promise<string[]> {
   const macs: string[] = [];
-  for (const name of names) {
-    if (name === 'lo') continue;
-    try {
-      await access(join(dir, name, 'device'));
-    } catch {
-      continue;
-    }
-    const mac = (await readFile(join(dir, name, 'address'), 'utf8').catch(() => '')).trim().toLowerCase();
-    if (MAC.test(mac) && mac !== '00:00:00:00:00:00' && !macs.includes(mac)) macs.push(mac);
-  }
+  for (const i of await readInterfaces(root, { addresses: {} })) if (!macs.includes(i.mac_address)) macs.push(i.mac_address);
   return macs;
 }
 
 /** Polls until a NIC with a MAC shows up (drivers may still be loading), for at most `timeoutS`. */
-export async function waitForNicMacs(timeoutS: number, clock: Clock, signal?: AbortSignal, read: () => Promise<string[]> = nicMacs): Promise<string[]> {
+export async function waitForNicMacs(
+  timeoutS: number,
+  clock: Clock,
+  signal?: AbortSignal,
+  read: () => Promise<string[]> = nicMacs,
+): Promise<string[]> {
   const deadline = clock.now() + timeoutS * 1000;
   for (;;) {
     const macs = await read();

@@ -16,6 +16,20 @@ export interface Config {
   advertise: { host?: string; port: number; protocol: 'http' | 'https' };
   networkInterface?: string;
   bootifMac?: string;
+  /** BOOTIF exactly as given (`01-aa-bb-…`): inspection reports it unchanged, as IPA does. */
+  bootif?: string;
+  inspection: {
+    /** Where to post the inventory: ipa-inspection-callback-url, or derived from ipa-api-url. Empty: no inspection. */
+    callbackUrls: string[];
+    collectors: string[];
+    /** Total time for posting the inventory, retries included. */
+    timeoutS: number;
+    dhcpWaitS: number;
+    dhcpAllInterfaces: boolean;
+    /** ipa-collect-lldp: LLDP TLVs in `interfaces[].lldp` of the inventory. */
+    collectLldp: boolean;
+    lldpTimeoutS: number;
+  };
   tls: {
     insecure: boolean;
     caFile?: string;
@@ -96,6 +110,8 @@ export function buildConfig(kernel: ReadonlyMap<string, string>, flags: Readonly
     },
     networkInterface: r.str('ipa-network-interface'),
     bootifMac: parseBootif(r.str('BOOTIF')),
+    bootif: r.str('BOOTIF'),
+    inspection: inspectionConfig(r, apiUrls),
     tls: {
       insecure: r.bool('ipa-insecure', false),
       caFile: r.str('ipa-cafile'),
@@ -151,10 +167,32 @@ export function buildConfig(kernel: ReadonlyMap<string, string>, flags: Readonly
 
   const unknown = r.unread(flags.keys());
   if (unknown.length > 0) throw new ConfigError(`unknown flag --${unknown[0]}`);
-  if (!config.standalone && apiUrls.length === 0) {
-    throw new ConfigError('no conductor: give ipa-api-url (kernel parameter or flag) or --standalone');
+  if (!config.standalone && apiUrls.length === 0 && config.inspection.callbackUrls.length === 0) {
+    throw new ConfigError(
+      'no conductor: give ipa-api-url or ipa-inspection-callback-url (kernel parameter or flag) or --standalone',
+    );
   }
   return config;
+}
+
+const COLLECTOR_NAME = /^[a-z0-9-]+$/;
+
+function inspectionConfig(r: ParamReader, apiUrls: readonly string[]): Config['inspection'] {
+  const given = r.list('ipa-inspection-callback-url').map((u) => u.replace(/\/+$/, ''));
+  for (const u of given) r.check('ipa-inspection-callback-url', u, API_URL.test(u), 'expected http(s)://… or mdns');
+  const collectors = r.list('ipa-inspection-collectors');
+  for (const c of collectors) r.check('ipa-inspection-collectors', c, COLLECTOR_NAME.test(c), 'expected collector names');
+  // Newer IPA inspects without a callback URL when collectors are named and the API URL is known.
+  const derived = given.length === 0 && collectors.length > 0 ? apiUrls.filter((u) => u !== 'mdns').map((u) => `${u}/v1/continue_inspection`) : [];
+  return {
+    callbackUrls: given.length > 0 ? given : derived,
+    collectors: collectors.length > 0 ? collectors : ['default', 'logs'],
+    timeoutS: r.num('ipa-inspection-timeout', 300, { min: 1 }),
+    dhcpWaitS: r.num('ipa-inspection-dhcp-wait-timeout', 60, { min: 0 }),
+    dhcpAllInterfaces: r.bool('ipa-inspection-dhcp-all-interfaces', false),
+    collectLldp: r.bool('ipa-collect-lldp', false),
+    lldpTimeoutS: r.num('ipa-lldp-timeout', 30, { min: 0.1 }),
+  };
 }
 
 /** PXE's BOOTIF is `01-aa-bb-cc-dd-ee-ff` (hardware type, then the MAC). */

@@ -121,6 +121,14 @@ export function renderStatus(input: ConsoleInput, size: ScreenSize): string[] {
     lines.push(field('Conductor', s.conductorUrl ?? '(none: standalone)'));
     lines.push(field('Agent', `${s.phase}, up ${formatAge(input.now - s.startedAt)}${starts}`));
     if (s.callbackUrl) lines.push(field('Callback', s.callbackUrl));
+    const insp = s.inspection;
+    if (insp) {
+      lines.push(field('Inspection', `${insp.phase}${insp.result ? `: ${insp.result}` : ''}`));
+      if (insp.summary) {
+        // The time first: an 80-column console cuts the end of the line.
+        lines.push(field('Inventory', `${insp.collectionMs !== undefined ? `collected in ${insp.collectionMs} ms: ` : ''}${insp.summary}`));
+      }
+    }
     const hb = s.lastHeartbeat;
     lines.push(
       field('Heartbeat', hb ? `${clock(hb.at)} (${formatAge(input.now - hb.at)} ago) ${hb.ok ? 'ok' : 'FAILED'}: ${hb.status}` : 'none yet'),

@@ -85,9 +85,9 @@ function wanted(row: LsblkRow, loops: Set<string>): boolean {
   return row.type === 'disk' || row.type.startsWith('raid') || row.type === 'mpath';
 }
 
-async function complete(row: LsblkRow): Promise<BlockDevice> {
-  const id = await sysIdentity(row.kname);
-  const base = `${SYS_BLOCK}/${row.kname}`;
+async function complete(row: LsblkRow, sysBlock: string): Promise<BlockDevice> {
+  const id = await sysIdentity(row.kname, sysBlock);
+  const base = `${sysBlock}/${row.kname}`;
   const wwn = clean(row.wwn) ?? id.wwn;
   return {
     name: row.kname,
@@ -100,8 +100,8 @@ async function complete(row: LsblkRow): Promise<BlockDevice> {
     wwnWithExtension: id.wwnWithExtension ?? wwn,
     wwnVendorExtension: id.wwnVendorExtension,
     rotational: flag(row.rota),
-    hctl: clean(row.hctl) ?? (await sysHctl(row.kname)),
-    byPath: await sysByPath(row.kname),
+    hctl: clean(row.hctl) ?? (await sysHctl(row.kname, sysBlock)),
+    byPath: await sysByPath(row.kname, sysBlock),
     logicalSectorSize: Number(row['log-sec'] ?? (await readSys(`${base}/queue/logical_block_size`)) ?? 512),
     physicalSectorSize: Number(row['phy-sec'] ?? (await readSys(`${base}/queue/physical_block_size`)) ?? 512),
     type: row.type,
@@ -112,14 +112,21 @@ async function complete(row: LsblkRow): Promise<BlockDevice> {
 
 /** Whole disks (and allow-listed loop devices), in lsblk order. */
 export async function listBlockDevices(services: Pick<AgentServices, 'config' | 'log'>): Promise<BlockDevice[]> {
-  const { stdout } = await run('lsblk', ['-J', '-b', '-d', '-a', '-o', COLUMNS], { log: services.log });
-  const loops = await allowlistedNames(services.config.disks.allowlist);
+  const { stdout } = await run('lsblk', LSBLK_ARGS, { log: services.log });
+  return blockDevicesFrom(stdout, await allowlistedNames(services.config.disks.allowlist));
+}
+
+/** The lsblk command whose JSON `blockDevicesFrom` reads (recorded as is for test fixtures). */
+export const LSBLK_ARGS = ['-J', '-b', '-d', '-a', '-o', COLUMNS];
+
+/** Devices from lsblk's JSON, completed from the sysfs block directory `sysBlock`. */
+export async function blockDevicesFrom(stdout: string, loops: Set<string>, sysBlock = SYS_BLOCK): Promise<BlockDevice[]> {
   const seen = new Set<string>();
   const out: BlockDevice[] = [];
   for (const row of parseLsblk(stdout)) {
     if (seen.has(row.kname) || !wanted(row, loops)) continue;
     seen.add(row.kname);
-    out.push(await complete(row));
+    out.push(await complete(row, sysBlock));
   }
   return out;
 }

@@ -40,8 +40,8 @@ export function partitionName(disk: string, n: number): string {
 }
 
 /** The first `host:channel:target:lun` under the device's scsi_device directory. */
-export async function sysHctl(name: string): Promise<string | null> {
-  const entries = await listSys(`${SYS_BLOCK}/${name}/device/scsi_device`);
+export async function sysHctl(name: string, sysBlock = SYS_BLOCK): Promise<string | null> {
+  const entries = await listSys(`${sysBlock}/${name}/device/scsi_device`);
   return entries[0] ?? null;
 }
 
@@ -50,10 +50,10 @@ export async function sysHctl(name: string): Promise<string | null> {
  * `pci-0000:00:05.0`, `pci-0000:00:10.0-scsi-0:0:1:0`), derived from the device's sysfs location. Only the
  * common PCI-attached layouts are covered; anything else (loop, ram, platform devices) has none.
  */
-export async function sysByPath(name: string): Promise<string | null> {
+export async function sysByPath(name: string, sysBlock = SYS_BLOCK): Promise<string | null> {
   let dev: string;
   try {
-    dev = await realpath(`${SYS_BLOCK}/${name}`);
+    dev = await realpath(`${sysBlock}/${name}`);
   } catch {
     return null;
   }
@@ -63,7 +63,7 @@ export async function sysByPath(name: string): Promise<string | null> {
   let suffix = '';
   const ata = parts.find((p) => /^ata\d+$/.test(p));
   const nvme = /^nvme\d+n(\d+)$/.exec(name);
-  const hctl = await sysHctl(name);
+  const hctl = await sysHctl(name, sysBlock);
   if (ata) suffix = `-ata-${ata.slice(3)}`;
   else if (nvme) suffix = `-nvme-${nvme[1]}`;
   else if (hctl) suffix = `-scsi-${hctl}`;
@@ -81,8 +81,8 @@ export interface SysIdentity {
  * Serial and WWN as the kernel exposes them for virtio, NVMe and SCSI disks. A 32-digit NAA WWN is split as
  * udev splits it: the first 16 digits are the WWN, the rest its vendor extension.
  */
-export async function sysIdentity(name: string): Promise<SysIdentity> {
-  const base = `${SYS_BLOCK}/${name}`;
+export async function sysIdentity(name: string, sysBlock = SYS_BLOCK): Promise<SysIdentity> {
+  const base = `${sysBlock}/${name}`;
   const serial = (await readSys(`${base}/serial`)) ?? (await readSys(`${base}/device/serial`));
   const wwid = (await readSys(`${base}/wwid`)) ?? (await readSys(`${base}/device/wwid`));
   const naa = wwid ? /^naa\.([0-9a-f]+)$/i.exec(wwid)?.[1]?.toLowerCase() : undefined;

@@ -10,6 +10,7 @@
 #        IRONIC_REQUIRE_TLS=true|false (default true: Ironic's own default), IRONIC_FAST_TRACK (default true)
 #        IRONIC_DOWNLOAD_SOURCE=http|local (default http), IRONIC_FORCE_RAW=true|false (default true)
 #        IRONIC_HEARTBEAT_TIMEOUT=S (default 10), IRONIC_CALLBACK_TIMEOUT=S (default 300)
+#        IRONIC_EXTRA_CONF=FILE     appended to ironic.conf (e.g. [inspector] hooks, [auto_discovery])
 # Writes RUN_DIR/api-url, RUN_DIR/http-url and RUN_DIR/env (OS_* for `baremetal`); prints the API URL.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,6 +44,7 @@ sed -e "s#@RUN@#$RUN#g" -e "s#@RPC@#$RPC#g" -e "s#@API_PORT@#$API_PORT#g" -e "s#
     -e "s#@DOWNLOAD_SOURCE@#${IRONIC_DOWNLOAD_SOURCE:-http}#g" -e "s#@FORCE_RAW@#${IRONIC_FORCE_RAW:-true}#g" \
     -e "s#@HTTP_URL@#$HTTP_URL#g" \
     "$HERE/ironic.conf.in" > "$RUN/ironic.conf"
+if [ -n "${IRONIC_EXTRA_CONF:-}" ]; then cat "$IRONIC_EXTRA_CONF" >> "$RUN/ironic.conf"; fi
 
 PY="/usr/bin/env PYTHONWARNINGS=ignore /usr/bin/python3"
 if [ ! -s "$RUN/state/ironic.sqlite" ]; then

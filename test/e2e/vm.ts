@@ -30,6 +30,14 @@ export interface VmOptions {
   /** Kernel parameters beyond the console ones; gets the host port that reaches the agent's 9999. */
   append: (agentPort: number) => string;
   memoryMiB?: number;
+  /** Virtual CPUs (default 1). */
+  smp?: number;
+  /** MACs of more virtio NICs, each on its own isolated user-mode network. */
+  moreNics?: string[];
+  /** NVMe disks: a raw file each, with the controller's serial number. */
+  nvme?: { file: string; serial: string }[];
+  /** `-smbios` values, e.g. `type=1,manufacturer=…,product=…,serial=…`. */
+  smbios?: string[];
   /** Boot through UEFI firmware (OVMF) instead of SeaBIOS: its code, and a writable copy of its variable store. */
   uefi?: { code: string; vars: string };
 }
@@ -78,7 +86,7 @@ export async function startVm(o: VmOptions): Promise<Vm> {
     ...o.forwards.map((f) => `guestfwd=tcp:${HOST_IN_GUEST}:${f.guestPort}-cmd:${process.execPath} ${CONNECTOR} ${f.hostPort}`),
   ].join(',');
   const args = [
-    '-accel', accel, '-cpu', accel === 'kvm' ? 'host' : 'max', '-m', String(o.memoryMiB ?? 1536), '-smp', '1',
+    '-accel', accel, '-cpu', accel === 'kvm' ? 'host' : 'max', '-m', String(o.memoryMiB ?? 1536), '-smp', String(o.smp ?? 1),
     '-nographic', '-no-reboot', '-monitor', 'none',
     '-chardev', `socket,id=s0,path=${o.serialLog}.sock,server=on,wait=off,logfile=${o.serialLog}`, '-serial', 'chardev:s0',
     '-kernel', kernel, '-initrd', join(OUT, 'initramfs.img'),
@@ -89,6 +97,16 @@ export async function startVm(o: VmOptions): Promise<Vm> {
     ]),
     '-netdev', netdev,
     '-device', `virtio-net-pci,netdev=n0,mac=${o.mac},romfile=`,
+    // Each on a subnet of its own: the guest must route to HOST_IN_GUEST through the first NIC.
+    ...(o.moreNics ?? []).flatMap((mac, i) => [
+      '-netdev', `user,id=n${i + 1},restrict=on,net=10.0.${3 + i}.0/24`,
+      '-device', `virtio-net-pci,netdev=n${i + 1},mac=${mac},romfile=`,
+    ]),
+    ...(o.nvme ?? []).flatMap((d, i) => [
+      '-drive', `file=${d.file},if=none,id=nv${i},format=raw,cache=unsafe`,
+      '-device', `nvme,drive=nv${i},serial=${d.serial}`,
+    ]),
+    ...(o.smbios ?? []).flatMap((v) => ['-smbios', v]),
     ...(o.uefi
       ? ['-drive', `if=pflash,format=raw,readonly=on,file=${o.uefi.code}`, '-drive', `if=pflash,format=raw,file=${o.uefi.vars}`]
       : []),

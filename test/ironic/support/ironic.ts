@@ -1,7 +1,7 @@
 // A real Ironic per test file, started and stopped by its harness (only what it started): Debian's 21.4
 // (scripts/ironic-standalone, the host's packages) or the newest, sid's 39.0 (scripts/ironic-sid, a cached
 // chroot in its own mount + PID namespaces), chosen by INA_IRONIC=21.4|sid (default 21.4).
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
@@ -30,6 +30,8 @@ export interface IronicOptions {
   /** [agent]image_download_source (default http) and [DEFAULT]force_raw_images (default true). */
   downloadSource?: 'http' | 'local';
   forceRaw?: boolean;
+  /** ini text appended to the sid conductor's ironic.conf (sid only: scripts/ironic-sid IRONIC_EXTRA_CONF). */
+  extraConf?: string;
 }
 
 export interface RunningIronic {
@@ -56,7 +58,10 @@ export async function startIronic(opts: IronicOptions = {}): Promise<RunningIron
   const runDir = await mkdtemp(join(tmpdir(), 'ina-ironic-'));
   const mode = opts.mode ?? (process.env.INA_IRONIC_MODE === 'split' ? 'split' : 'single');
   const requireTls = opts.requireTls ?? kind === 'sid';
+  const extraConf = opts.extraConf === undefined ? undefined : join(runDir, 'extra.conf');
+  if (extraConf) await writeFile(extraConf, opts.extraConf!);
   const env = {
+    ...(extraConf ? { IRONIC_EXTRA_CONF: extraConf } : {}),
     IRONIC_MODE: mode,
     IRONIC_FAST_TRACK: String(opts.fastTrack ?? true),
     IRONIC_REQUIRE_TLS: String(requireTls),

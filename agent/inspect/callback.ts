@@ -1,0 +1,73 @@
+// Posting the inspection payload (IPA's `call_inspector`): JSON to each callback URL in turn, up to five
+// attempts while the answer is a connection failure, 409 or 5xx, waiting 5, 5, 6 and 12 s between them
+// (IPA's exponential backoff), all within `ipa-inspection-timeout`.
+// Without a version header Ironic answers `{"uuid"}` (API 1.1, what IPA sends). With 1.84 or later it
+// answers like lookup and creates the agent token at that moment, so the token must be kept from this
+// reply: a later lookup only shows "******". The agent asks for 1.84 when it knows the conductor has it.
+import type { Clock } from '../clock.ts';
+import { ConductorUnreachable, ironicFault, type IronicApi } from '../conductor/ironic-api.ts';
+import { InvalidLookupReply, parseLookupReply, type LookupReply } from '../conductor/lookup-reply.ts';
+import type { Logger } from '../log.ts';
+
+export const V_INSPECTION_TOKEN = 84;
+const ATTEMPTS = 5;
+const WAITS_S = [5, 5, 6, 12];
+
+export type CallbackOutcome =
+  | { kind: 'accepted'; status: number; nodeUuid?: string; lookup?: LookupReply; attempts: number }
+  | { kind: 'refused'; status: number; reason: string; attempts: number }
+  | { kind: 'failed'; reason: string; attempts: number };
+
+export interface CallbackDeps {
+  api: IronicApi;
+  clock: Clock;
+  log: Logger;
+  signal?: AbortSignal;
+}
+
+function parseAccepted(text: string): { nodeUuid?: string; lookup?: LookupReply } {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch {
+    return {};
+  }
+  const body = doc as { uuid?: unknown; node?: unknown } | null;
+  if (body?.node !== undefined) {
+    try {
+      const lookup = parseLookupReply(text);
+      return { nodeUuid: lookup.node.uuid, lookup };
+    } catch (err) {
+      if (!(err instanceof InvalidLookupReply)) throw err;
+    }
+  }
+  return typeof body?.uuid === 'string' ? { nodeUuid: body.uuid } : {};
+}
+
+/** `conductorVersion`: the API minor version when known (an ipa-api-url was given), else undefined (no header). */
+export async function postInspection(
+  payload: unknown,
+  opts: { timeoutS: number; conductorVersion?: number },
+  deps: CallbackDeps,
+): Promise<CallbackOutcome> {
+  const deadline = deps.clock.now() + opts.timeoutS * 1000;
+  const version = opts.conductorVersion !== undefined && opts.conductorVersion >= V_INSPECTION_TOKEN ? `1.${V_INSPECTION_TOKEN}` : undefined;
+  let last = '';
+  for (let n = 1; n <= ATTEMPTS; n++) {
+    try {
+      const reply = await deps.api.send('POST', '', { body: payload, version, signal: deps.signal });
+      if (reply.status < 300) return { kind: 'accepted', status: reply.status, attempts: n, ...parseAccepted(reply.text) };
+      last = `HTTP ${reply.status}: ${ironicFault(reply.text)}`;
+      if (reply.status !== 409 && reply.status < 500) return { kind: 'refused', status: reply.status, reason: last, attempts: n };
+    } catch (err) {
+      if (deps.signal?.aborted || !(err instanceof ConductorUnreachable)) throw err;
+      last = err.message;
+    }
+    const wait = WAITS_S[n - 1];
+    const left = deadline - deps.clock.now();
+    if (wait === undefined || left <= wait * 1000) return { kind: 'failed', reason: last, attempts: n };
+    deps.log.warn({ attempt: n, reason: last, retryInS: wait }, 'inspection callback failed, will retry');
+    await deps.clock.sleep(wait * 1000, deps.signal);
+  }
+  return { kind: 'failed', reason: last, attempts: ATTEMPTS };
+}

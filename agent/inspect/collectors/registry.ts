@@ -1,0 +1,102 @@
+// IPA's inspection collectors by name. Each adds its keys to the payload; one failing is recorded as
+// `collector <name> failed: <why>` and the others still run (IPA's AccumulatedFailures).
+import { HARDWARE_MANAGER_NAME, HARDWARE_MANAGER_VERSION } from '../../disk/hardware-manager.ts';
+import { collectSystemLogs } from '../../commands/extensions/log.ts';
+import type { Logger } from '../../log.ts';
+import type { HostRoot } from '../host-root.ts';
+import { candidateNames } from '../interfaces.ts';
+import { guessRootDisk, type Inventory } from '../inventory.ts';
+import { captureLldp } from '../lldp-capture.ts';
+import { DMIDECODE_ARGS, groupDmi, parseDmidecode } from './dmi-decode.ts';
+import { readNumaTopology } from './numa-topology.ts';
+import { readPciDevices } from './pci-devices.ts';
+import { readUsbDevices } from './usb-devices.ts';
+
+export type Payload = Record<string, unknown>;
+
+export interface CollectorContext {
+  root: HostRoot;
+  log: Logger;
+  /** The inventory, collected once per inspection. */
+  inventory: () => Promise<Inventory>;
+  /** The collector names of this inspection, as given. */
+  names: readonly string[];
+  bootif?: string;
+  lldpTimeoutS: number;
+  /** Runs a tool and returns its stdout (dmidecode). */
+  run: (file: string, args: string[]) => Promise<string>;
+  /** IPA's wait_for_dhcp before the default collector reads addresses. */
+  waitForDhcp: () => Promise<void>;
+}
+
+export type Collector = (ctx: CollectorContext, data: Payload) => Promise<void>;
+
+export const DEFAULT_COLLECTORS = ['default', 'logs'];
+
+export const collectors: Readonly<Record<string, Collector>> = {
+  default: async (ctx, data) => {
+    await ctx.waitForDhcp();
+    const inventory = await ctx.inventory();
+    data.inventory = inventory;
+    const root = guessRootDisk(inventory.disks);
+    if (root) data.root_disk = root;
+    data.boot_interface = ctx.bootif ?? null;
+    data.configuration = {
+      collectors: [...ctx.names],
+      managers: [{ name: HARDWARE_MANAGER_NAME, version: HARDWARE_MANAGER_VERSION }],
+    };
+  },
+  logs: async (ctx, data) => {
+    data.logs = (await collectSystemLogs(ctx.log)).toString('base64');
+  },
+  'pci-devices': async (ctx, data) => {
+    data.pci_devices = await readPciDevices(ctx.root);
+  },
+  lldp: async (ctx, data) => {
+    data.lldp_raw = await captureLldp(await candidateNames(ctx.root), { timeoutS: ctx.lldpTimeoutS });
+  },
+  'numa-topology': async (ctx, data) => {
+    try {
+      data.numa_topology = await readNumaTopology(ctx.root);
+    } catch (err) {
+      // IPA leaves the key out with a warning when the topology does not parse.
+      ctx.log.warn({ err: (err as Error).message }, 'numa-topology: no NUMA information');
+    }
+  },
+  'dmi-decode': async (ctx, data) => {
+    data.dmi = groupDmi(parseDmidecode(await ctx.run('dmidecode', DMIDECODE_ARGS)));
+  },
+  'usb-devices': async (ctx, data) => {
+    data.usb_devices = await readUsbDevices(ctx.root);
+  },
+};
+
+export function failureText(failures: readonly string[]): string | null {
+  if (failures.length === 0) return null;
+  return `The following errors were encountered:\n${failures.map((f) => `* ${f}`).join('\n')}`;
+}
+
+/**
+ * Runs the named collectors in order. An unknown name stops everything before any runs (IPA cannot load
+ * its extension set then): the payload carries only the error.
+ */
+export async function runCollectors(ctx: CollectorContext, table = collectors): Promise<{ data: Payload; failures: string[] }> {
+  const data: Payload = {};
+  const unknown = ctx.names.filter((n) => !table[n]);
+  if (unknown.length > 0) {
+    const failures = [`Failed to load collector ${unknown.join(', ')}: no such collector (known: ${Object.keys(table).join(', ')})`];
+    data.error = failureText(failures);
+    return { data, failures };
+  }
+  const failures: string[] = [];
+  for (const name of ctx.names) {
+    try {
+      await table[name]!(ctx, data);
+    } catch (err) {
+      failures.push(`collector ${name} failed: ${(err as Error).message}`);
+      ctx.log.error({ collector: name, err: (err as Error).message }, 'inspection collector failed');
+    }
+  }
+  data.error = failureText(failures);
+  return { data, failures };
+}
