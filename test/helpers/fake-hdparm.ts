@@ -9,6 +9,13 @@ const setLine = (word, on) => {
   text = text.replace(new RegExp('^\\t(not)?\\t' + word + '$', 'm'), on ? '\t\t' + word : '\tnot\t' + word);
 };
 const has = (word) => new RegExp('^\\t\\t' + word + '$', 'm').test(text);
+const zero = (dev) => {
+  const fd = fs.openSync(dev, 'r+');
+  const size = Number(require('node:child_process').execFileSync('blockdev', ['--getsize64', dev]));
+  const z = Buffer.alloc(1 << 20);
+  for (let at = 0; at < size; at += z.length) fs.writeSync(fd, z, 0, Math.min(z.length, size - at), at);
+  fs.fsyncSync(fd); fs.closeSync(fd);
+};
 const fail = (msg) => { process.stderr.write(msg + '\n'); process.exit(5); };
 if (args[0] === '-I') {
   if (b.identifyFails) fail('HDIO_DRIVE_CMD(identify) failed: Input/output error');
@@ -26,7 +33,11 @@ switch (op) {
     if (b.eraseHangs) setInterval(() => {}, 1000);
     else if (b.eraseCrashes) process.kill(process.pid, 'SIGKILL');
     else if (b.eraseFails) { setLine('locked', true); save(); fail('SECURITY_ERASE: Input/output error'); }
-    else { setLine('enabled', false); save(); }
+    else {
+      // zeroDevice: the "drive" really erases: the device node (a test's loop device) is zeroed.
+      if (b.zeroDevice) zero(args.at(-1));
+      setLine('enabled', false); save();
+    }
     break;
   case '--security-unlock':
     if (b.unlockFails || (pw !== 'NULL' && pw !== '')) fail('SECURITY_UNLOCK: Input/output error');
