@@ -151,6 +151,10 @@ describe('erase_devices in the ramdisk under QEMU', () => {
     // QEMU's SATA disk has no ATA security feature set: hdparm ran, found none, and the disk went on.
     expect(result['/dev/sda'].attempts[0]).toMatchObject({ method: 'ata security erase' });
     expect(['secure discard', 'discard', 'overwrite']).toContain(result['/dev/sda'].method);
+    // vm.ts attaches the virtio disk without discard=unmap: QEMU acknowledges the guest's discards and
+    // ignores them, a drive that keeps data after TRIM. The read-back caught it and the overwrite ran.
+    expect(result['/dev/vda'].method).toBe('overwrite');
+    expect(result['/dev/vda'].attempts).toContainEqual({ method: 'discard', error: expect.stringMatching(/^read-back found non-zero data at byte \d+ \(seed \d+\)$/) });
     // Each disk's progress and result reached the console (ipa-debug puts the agent's log there).
     const serial = v.serial();
     for (const dev of ['/dev/nvme0n1', '/dev/sda', '/dev/vda']) expect(serial).toContain(`${dev} erased: ${result[dev].method}`);
