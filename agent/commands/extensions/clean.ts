@@ -48,18 +48,17 @@ async function eraseAll(ctx: CommandContext, settings: EraseSettings, lastResort
   ctx.log.info({ disks: targets.map((d) => d.path), concurrency: settings.concurrency, settings }, 'erasing disks');
   await pool(targets, settings.concurrency, async (d: BlockDevice) => {
     const meter = board.meter(d.path);
-    let phase = 'failed';
     try {
       const r = await eraseDisk(ctx, d, settings, meter, erasing, lastResort);
       results[d.path] = r;
-      phase = 'done';
       ctx.log.info({ disk: d.path, ...r }, `${d.path} erased: ${r.method} in ${r.seconds} s`);
     } catch (err) {
       failures.push(`${d.path}: ${errorText(err)}`);
-      ctx.log.error({ disk: d.path, err: errorText(err) }, `${d.path} could not be erased: ${errorText(err)}`);
+      results[d.path] = { error: errorText(err) };
+      ctx.log.error({ disk: d.path, err: errorText(err) }, `${d.path} could not be erased`);
     } finally {
       meter.finish();
-      board.set(d.path, { phase });
+      board.set(d.path, { phase: failures.some((f) => f.startsWith(`${d.path}:`)) ? 'failed' : 'done' });
     }
   });
   if (failures.length > 0) {
