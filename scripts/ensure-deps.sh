@@ -14,7 +14,7 @@ declare -A tools=(
   [sgdisk]=gdisk [parted]=parted [qemu-img]=qemu-utils [mkfs.vfat]=dosfstools [mcopy]=mtools
   [genisoimage]=genisoimage [mkfs.ext4]=e2fsprogs [losetup]=mount [wipefs]=util-linux [blkid]=util-linux
   [pigz]=pigz [zstd]=zstd [xz]=xz-utils [sfdisk]=fdisk [partprobe]=parted [blkdiscard]=util-linux [curl]=curl
-  [openssl]=openssl [ip]=iproute2
+  [openssl]=openssl [ip]=iproute2 [hdparm]=hdparm
 )
 # file -> Debian package, for packages that bring no command
 declare -A files=()

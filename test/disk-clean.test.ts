@@ -55,7 +55,7 @@ async function fill(dev: LoopDevice, byte: number): Promise<void> {
 }
 
 describe('clean extension', () => {
-  it('lists erase_devices_metadata (99) and erase_devices (10) under the generic hardware manager', async () => {
+  it('lists erase_devices_metadata (99), erase_devices (10) and erase_devices_express (0) under the generic hardware manager', async () => {
     await withAgent([], {}, async (c) => {
       const r = await c.command('clean.get_clean_steps', { node: node(), ports: [] }, { wait: true });
       expect(r.command_status).toBe('SUCCEEDED');
@@ -64,6 +64,7 @@ describe('clean extension', () => {
           GenericHardwareManager: [
             { step: 'erase_devices', priority: 10, interface: 'deploy', reboot_requested: false, abortable: true },
             { step: 'erase_devices_metadata', priority: 99, interface: 'deploy', reboot_requested: false, abortable: true },
+            { step: 'erase_devices_express', priority: 0, interface: 'deploy', reboot_requested: false, abortable: true },
           ],
         },
         hardware_manager_version: { generic_hardware_manager: '1.2' },
@@ -102,12 +103,17 @@ describe('clean extension', () => {
     });
   });
 
-  it('erase_devices discards when it can, leaving zeros', async () => {
+  it('erase_devices discards when it can, and counts it once the read-back finds zeros', async () => {
     await withLoops([8 * MiB], async ([d]) => {
       await fill(d!, 0xa5);
       await withAgent([d!], {}, async (c) => {
         const r = await execute(c, 'erase_devices');
         expect(r.command_status).toBe('SUCCEEDED');
+        const disk = (r.command_result as { clean_result: Record<string, any> }).clean_result[d!.path];
+        // A loop device offers no ATA security: hdparm -I shows no security section.
+        expect(disk).toMatchObject({ bytes: d!.sizeBytes, verification: { ok: true, expect: 'zeros', failure: null } });
+        expect(['secure discard', 'discard']).toContain(disk.method);
+        expect(disk.attempts[0].method).toBe('ata security erase');
       });
       expect((await readFile(d!.path)).every((b) => b === 0)).toBe(true);
     });
@@ -138,10 +144,13 @@ describe('clean extension', () => {
         }
         expect(last.command_status).toBe('SUCCEEDED');
         expect(seen.length).toBeGreaterThan(0);
-        for (const r of seen) {
+        const overwrite = seen.map((r) => (r.disks as Record<string, Record<string, unknown>>)[d!.path]!).filter((r) => r.phase === 'overwrite');
+        expect(overwrite.length).toBeGreaterThan(0);
+        for (const r of overwrite) {
           expect(r).toMatchObject({ phase: 'overwrite', device: d!.path, passes: 2, bytes_total: d!.sizeBytes });
           expect(r.bytes_done as number).toBeLessThanOrEqual(d!.sizeBytes);
         }
+        seen.splice(0, seen.length, ...overwrite);
         // Reports move forward: by pass, then by bytes within a pass.
         const order = seen.map((r) => (r.pass as number) * d!.sizeBytes + (r.bytes_done as number));
         expect(order).toEqual([...order].sort((a, b) => a - b));

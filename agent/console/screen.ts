@@ -101,6 +101,18 @@ function commandLine(c: Command, now: number): string {
   return `${c.name} ${c.status} ${formatAge(took)}`;
 }
 
+/** A parallel erase's `{disks: {<dev>: report}}` as one line per disk: device, phase, pass, bytes. */
+function diskProgress(result: unknown): string[] | null {
+  const disks = (result as { disks?: unknown } | null)?.disks;
+  if (typeof disks !== 'object' || disks === null) return null;
+  return Object.entries(disks as Record<string, Record<string, unknown>>).map(([dev, r]) => {
+    const pass = typeof r.pass === 'number' ? ` pass ${r.pass}/${String(r.passes)}` : '';
+    const done = typeof r.bytes_done === 'number' && r.bytes_done > 0 ? ` ${formatBytes(r.bytes_done)}` : '';
+    const of = typeof r.bytes_total === 'number' ? ` of ${formatBytes(r.bytes_total)}` : '';
+    return `${dev} ${String(r.phase)}${pass}${done}${of}`;
+  });
+}
+
 export function currentCommand(status: StatusFile | null): Command | undefined {
   const cmds = status?.commands ?? [];
   return cmds.findLast((c) => c.status === 'RUNNING') ?? cmds.at(-1);
@@ -140,7 +152,10 @@ export function renderStatus(input: ConsoleInput, size: ScreenSize): string[] {
   );
   const cmd = currentCommand(input.status);
   lines.push(field('Command', cmd ? commandLine(cmd, input.now) : 'none'));
-  if (cmd?.status === 'RUNNING' && cmd.result !== null && cmd.result !== undefined) {
+  const perDisk = cmd?.status === 'RUNNING' ? diskProgress(cmd.result) : null;
+  if (perDisk) {
+    perDisk.forEach((l, i) => lines.push(field(i === 0 ? 'Progress' : '', l)));
+  } else if (cmd?.status === 'RUNNING' && cmd.result !== null && cmd.result !== undefined) {
     lines.push(field('Progress', compactJson(cmd.result)));
   } else if (cmd?.error) {
     lines.push(field('Error', compactJson(cmd.error)));

@@ -24,6 +24,8 @@ export interface VmOptions {
   /** The first disk (/dev/vda); `moreDisks` follow as /dev/vdb and on. */
   disk: string;
   moreDisks?: string[];
+  /** Disks on other controllers: an NVMe namespace (QEMU's `nvme`) or a SATA disk on an AHCI controller. */
+  otherDisks?: { file: string; bus: 'nvme' | 'sata'; serial: string }[];
   serialLog: string;
   mac: string;
   forwards: GuestForward[];
@@ -95,6 +97,7 @@ export async function startVm(o: VmOptions): Promise<Vm> {
       '-drive', `file=${file},if=none,id=d${i},format=raw,cache=unsafe`,
       '-device', `virtio-blk-pci,drive=d${i},serial=E2EDISK${i}`,
     ]),
+    ...otherDisks(o.otherDisks ?? []),
     '-netdev', netdev,
     '-device', `virtio-net-pci,netdev=n0,mac=${o.mac},romfile=`,
     // Each on a subnet of its own: the guest must route to HOST_IN_GUEST through the first NIC.
@@ -149,6 +152,18 @@ export async function startVm(o: VmOptions): Promise<Vm> {
       await exited;
     },
   };
+}
+
+function otherDisks(disks: NonNullable<VmOptions['otherDisks']>): string[] {
+  const args = disks.some((d) => d.bus === 'sata') ? ['-device', 'ahci,id=ahci0'] : [];
+  let port = 0;
+  disks.forEach((d, i) => {
+    // discard=unmap: the guest's discards punch holes in the file, as TRIM would free flash.
+    args.push('-drive', `file=${d.file},if=none,id=o${i},format=raw,cache=unsafe,discard=unmap`);
+    if (d.bus === 'nvme') args.push('-device', `nvme,drive=o${i},serial=${d.serial}`);
+    else args.push('-device', `ide-hd,drive=o${i},bus=ahci0.${port++},serial=${d.serial}`);
+  });
+  return args;
 }
 
 /** Resolves with the value once `probe` returns one; rejects after `timeoutMs`. */

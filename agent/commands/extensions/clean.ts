@@ -3,16 +3,21 @@
 import { isObject, optObject, reqObject } from '../params.ts';
 import type { AgentServices } from '../../services.ts';
 import { command, type CommandContext, type Extension } from '../types.ts';
-import { ProgressMeter } from '../../progress.ts';
-import { CleaningError, InvalidCommandParamsError } from '../../errors.ts';
+import { BlockDeviceEraseError, CleaningError, errorText, InvalidCommandParamsError } from '../../errors.ts';
+import type { BlockDevice } from '../../disk/block-devices.ts';
 import { cleaningTargets } from '../../disk/clean-targets.ts';
-import { eraseDevice, eraseMetadata, type EraseOptions } from '../../disk/erase.ts';
+import { eraseDisk, type LastResort } from '../../disk/erase-disk.ts';
+import { EraseBoard } from '../../disk/erase-progress.ts';
+import { eraseSettings, type EraseSettings } from '../../disk/erase-settings.ts';
+import { eraseMetadata } from '../../disk/erase.ts';
 import { checkVersions, stepsResult, type StepDescription } from '../../disk/hardware-manager.ts';
 import type { NodeInfo } from '../../state.ts';
 
+/** IPA's priorities: metadata (99) runs before the full erase (10); express runs only when asked for. */
 export const CLEAN_STEPS: readonly StepDescription[] = [
   { step: 'erase_devices', priority: 10, interface: 'deploy', reboot_requested: false, abortable: true },
   { step: 'erase_devices_metadata', priority: 99, interface: 'deploy', reboot_requested: false, abortable: true },
+  { step: 'erase_devices_express', priority: 0, interface: 'deploy', reboot_requested: false, abortable: true },
 ];
 
 interface ExecuteParams {
@@ -21,40 +26,61 @@ interface ExecuteParams {
   cleanVersion: unknown;
 }
 
-/** The erase options: the agent's config, overridden by what the conductor put in driver_internal_info. */
-function eraseOptions(services: AgentServices): EraseOptions {
-  const info = services.state.status.node?.driver_internal_info ?? {};
-  const iterations = info.agent_erase_devices_iterations;
-  const zeroize = info.agent_erase_devices_zeroize;
-  return {
-    discard: services.config.erase.discardFirst,
-    randomPasses: Number.isInteger(iterations) && (iterations as number) >= 0 ? (iterations as number) : services.config.erase.randomPasses,
-    finalZeroPass: typeof zeroize === 'boolean' ? zeroize : services.config.erase.finalZeroPass,
+/** Runs `work` over `items`, at most `limit` at a time. */
+async function pool<T>(items: readonly T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) await work(items[next++]!);
   };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+}
+
+/**
+ * Erases every target, `disk_erasure_concurrency` at a time. A disk that fails does not stop the others
+ * (no erase is left running behind a failed step); the step then fails naming every such disk and why.
+ * The result has one entry per disk: how it was erased and verified, or why it was skipped.
+ */
+async function eraseAll(ctx: CommandContext, settings: EraseSettings, lastResort: LastResort): Promise<Record<string, unknown>> {
+  const { targets, skipped } = await cleaningTargets(ctx, lastResort === 'metadata' ? 'skip' : 'refuse-unless-allowed');
+  const board = new EraseBoard((r) => ctx.progress(r), ctx.log, targets.map((d) => d.path));
+  const erasing = new Set(targets.map((d) => d.name));
+  const results: Record<string, unknown> = {};
+  const failures: string[] = [];
+  ctx.log.info({ disks: targets.map((d) => d.path), concurrency: settings.concurrency, settings }, 'erasing disks');
+  await pool(targets, settings.concurrency, async (d: BlockDevice) => {
+    const meter = board.meter(d.path);
+    try {
+      const r = await eraseDisk(ctx, d, settings, meter, erasing, lastResort);
+      results[d.path] = r;
+      ctx.log.info({ disk: d.path, ...r }, `${d.path} erased: ${r.method} in ${r.seconds} s`);
+    } catch (err) {
+      failures.push(`${d.path}: ${errorText(err)}`);
+      results[d.path] = { error: errorText(err) };
+      ctx.log.error({ disk: d.path, err: errorText(err) }, `${d.path} could not be erased`);
+    } finally {
+      meter.finish();
+      board.set(d.path, { phase: failures.some((f) => f.startsWith(`${d.path}:`)) ? 'failed' : 'done' });
+    }
+  });
+  if (failures.length > 0) {
+    throw new BlockDeviceEraseError(`Failed to erase ${failures.length} of ${targets.length} device(s): ${failures.join('; ')}`);
+  }
+  for (const s of skipped) results[s.device] = { skipped: s.reason };
+  return results;
 }
 
 export const runners: Record<string, (ctx: CommandContext) => Promise<unknown>> = {
   async erase_devices_metadata(services) {
-    const disks = await cleaningTargets(services);
-    for (const d of disks) await eraseMetadata(services, d.path, d.size);
-    services.log.info({ disks: disks.map((d) => d.path) }, 'disk metadata erased');
+    const { targets } = await cleaningTargets(services, 'skip');
+    for (const d of targets) await eraseMetadata(services, d.path, d.size);
+    services.log.info({ disks: targets.map((d) => d.path) }, 'disk metadata erased');
     return null;
   },
-  async erase_devices(ctx) {
-    const opts = eraseOptions(ctx);
-    const disks = await cleaningTargets(ctx);
-    // While the step runs, its command_result shows the disk, the method or pass, and how far it got.
-    const meter = new ProgressMeter((r) => ctx.progress(r), ctx.log, 'erase');
-    try {
-      for (const d of disks) {
-        const method = await eraseDevice(ctx, d.path, d.size, opts, meter);
-        ctx.log.info({ disk: d.path, method }, 'disk erased');
-      }
-    } finally {
-      meter.finish();
-    }
-    return null;
-  },
+  erase_devices: (ctx) => eraseAll(ctx, eraseSettings(ctx), 'overwrite'),
+  // IPA's fast path: NVMe format where enabled, else (here) a verified discard, else the metadata erase.
+  // No ATA security erase and no overwrite; a failed format falls back whatever the continue setting says.
+  erase_devices_express: (ctx) =>
+    eraseAll(ctx, { ...eraseSettings(ctx), ataSecureErase: false, continueIfSecureEraseFailed: true, discard: true }, 'metadata'),
 };
 
 export const clean: Extension = {

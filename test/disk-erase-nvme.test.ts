@@ -1,0 +1,138 @@
+// NVMe secure erase with a fake nvme-cli on PATH (recorded id-ctrl fields, a format that zeroes the test's
+// loop device, does nothing, or fails): which Secure Erase Setting is chosen, what is refused, and how the
+// read-back and the node's continue setting judge a format that left the data in place.
+import { open, readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { BlockDevice } from '../agent/disk/block-devices.ts';
+import { eraseDisk, SecureEraseFailed } from '../agent/disk/erase-disk.ts';
+import type { EraseSettings } from '../agent/disk/erase-settings.ts';
+import { nvmeSecureErase } from '../agent/disk/nvme-erase.ts';
+import { nullLogger } from '../agent/log.ts';
+import { ProgressMeter } from '../agent/progress.ts';
+import { DeviceGuard } from '../agent/safety/device-guard.ts';
+import { installFakes, type FakeTools } from './helpers/fake-tools.ts';
+import { FAKE_NVME } from './helpers/fake-nvme.ts';
+import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
+
+let fakes: FakeTools | undefined;
+afterEach(async () => {
+  await fakes?.close();
+  fakes = undefined;
+});
+
+/** id-ctrl fields as nvme-cli 2.x prints them (a real controller prints ~100 more). */
+async function controller(idCtrl: Record<string, unknown>, behaviour: Record<string, unknown> = {}): Promise<FakeTools> {
+  fakes = await installFakes({ nvme: FAKE_NVME });
+  await writeFile(join(fakes.dir, 'id-ctrl.json'), JSON.stringify({ vid: 6989, mn: 'QEMU NVMe Ctrl', ...idCtrl }));
+  await writeFile(join(fakes.dir, 'behaviour.json'), JSON.stringify(behaviour));
+  return fakes;
+}
+
+const opts = { log: nullLogger, erasing: new Set(['nvme0n1']) };
+
+describe('nvme format', () => {
+  it('crypto erase (SES 2) when FNA bit 2 says the controller has it', async () => {
+    const f = await controller({ oacs: 0x1f, fna: 0x4, sanicap: 0x3 });
+    expect(await nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', opts)).toBe('nvme crypto erase');
+    expect(await f.calls('nvme')).toEqual([
+      ['id-ctrl', '/dev/fake-nvme0n1', '-o', 'json'],
+      ['format', '/dev/fake-nvme0n1', '-s', '2', '-f'],
+    ]);
+  });
+
+  it('user-data erase (SES 1) otherwise', async () => {
+    const f = await controller({ oacs: 0x2, fna: 0x0, sanicap: 0 });
+    expect(await nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', opts)).toBe('nvme user-data erase');
+    expect((await f.calls('nvme'))[1]).toEqual(['format', '/dev/fake-nvme0n1', '-s', '1', '-f']);
+  });
+
+  it('refuses a controller without Format NVM (OACS bit 1), and formats nothing', async () => {
+    const f = await controller({ oacs: 0x5, fna: 0x4 });
+    await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', opts)).rejects.toThrow('nvme-cli did not return any supported format modes for device: /dev/fake-nvme0n1');
+    expect((await f.calls('nvme')).length).toBe(1);
+  });
+
+  it('reports an empty answer, a failed id-ctrl and a failed format, naming the device', async () => {
+    await controller({});
+    await writeFile(join(fakes!.dir, 'id-ctrl.json'), '{}');
+    await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', opts)).rejects.toThrow('nvme-cli did not return any information for device: /dev/fake-nvme0n1');
+    await fakes!.close();
+    await controller({ oacs: 2 }, { idFails: true });
+    await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', opts)).rejects.toThrow(/Failed to fetch NVMe capabilities for device \/dev\/fake-nvme0n1: .*Invalid Field/);
+    await fakes!.close();
+    await controller({ oacs: 2 }, { format: 'fail' });
+    await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', opts)).rejects.toThrow(/Failed to nvme format device \/dev\/fake-nvme0n1: .*INVALID_FORMAT/);
+  });
+
+  it('never formats a partition node', async () => {
+    const f = await controller({ oacs: 2 });
+    await expect(nvmeSecureErase('/dev/nvme0n1p1', 'nvme0n1p1', opts)).rejects.toThrow(/not an NVMe namespace/);
+    expect(await f.calls('nvme')).toEqual([]);
+  });
+});
+
+/** A loop device presented as an NVMe namespace: the name decides the method, the path is what is erased. */
+function asNvme(d: LoopDevice): BlockDevice {
+  return {
+    name: 'nvme0n1', path: d.path, size: d.sizeBytes, model: null, vendor: null, serial: null, wwn: null, wwnWithExtension: null,
+    wwnVendorExtension: null, rotational: false, hctl: null, byPath: null, logicalSectorSize: 512, physicalSectorSize: 512,
+    type: 'disk', tran: 'nvme', readOnly: false,
+  };
+}
+
+const settings = (over: Partial<EraseSettings> = {}): EraseSettings => ({
+  nvmeSecureErase: true, ataSecureErase: true, continueIfSecureEraseFailed: false, randomPasses: 1, finalZeroPass: true,
+  concurrency: 1, skipReadOnly: false, discard: true, ...over,
+});
+
+async function fill(d: LoopDevice): Promise<void> {
+  const fh = await open(d.path, 'r+');
+  await fh.write(Buffer.alloc(d.sizeBytes, 0x5a), 0, d.sizeBytes, 0);
+  await fh.sync();
+  await fh.close();
+}
+
+function erase(d: LoopDevice, s: EraseSettings) {
+  const services = { guard: new DeviceGuard([d.path]), log: nullLogger };
+  return eraseDisk(services, asNvme(d), s, new ProgressMeter(() => {}, nullLogger), new Set(['nvme0n1']));
+}
+
+describe('NVMe erase of a disk, judged by the read-back', () => {
+  it('a format that erases counts, with its method and a passing read-back', async () => {
+    await withLoops([8 * MiB], async ([d]) => {
+      await fill(d!);
+      await controller({ oacs: 2, fna: 4 }, { format: 'zero' });
+      const r = await erase(d!, settings());
+      expect(r).toMatchObject({ method: 'nvme crypto erase', bytes: 8 * MiB, attempts: [], verification: { ok: true, expect: 'changed', regions: 18 } });
+      expect((await readFile(d!.path)).every((b) => b === 0)).toBe(true);
+    });
+  });
+
+  it('a format that leaves the data fails the disk, naming it, unless the node allows falling back', async () => {
+    await withLoops([8 * MiB], async ([d]) => {
+      await fill(d!);
+      await controller({ oacs: 2, fna: 0 }, { format: 'noop' });
+      const err = await erase(d!, settings()).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(SecureEraseFailed);
+      expect(String((err as Error).message)).toMatch(/falling back to overwriting is not enabled.*nvme user-data erase of \/dev\/loop\d+ left data behind: the data at byte \d+ is unchanged \(seed \d+\)/);
+      expect((await readFile(d!.path)).every((b) => b === 0x5a)).toBe(true);
+
+      const r = await erase(d!, settings({ continueIfSecureEraseFailed: true }));
+      expect(r.attempts[0]!.method).toBe('secure erase');
+      expect(r.attempts[0]!.error).toMatch(/left data behind/);
+      expect(['secure discard', 'discard']).toContain(r.method);
+      expect((await readFile(d!.path)).every((b) => b === 0)).toBe(true);
+    });
+  });
+
+  it('with NVMe secure erase disabled, the namespace is never formatted', async () => {
+    await withLoops([8 * MiB], async ([d]) => {
+      await fill(d!);
+      const f = await controller({ oacs: 2, fna: 4 }, { format: 'zero' });
+      const r = await erase(d!, settings({ nvmeSecureErase: false, discard: false, randomPasses: 0 }));
+      expect(r).toMatchObject({ method: 'overwrite', passes: 1, verification: { ok: true, expect: 'zeros' } });
+      expect(await f.calls('nvme')).toEqual([]);
+    });
+  });
+});
