@@ -6,10 +6,13 @@ import { defineConfig } from 'vitest/config';
  */
 const DEVICE = [
   'test/agent-crash-restart.test.ts',
+  'test/deploy-steps.test.ts',
   'test/device-guard.test.ts',
   'test/disk-bootloader.test.ts',
   'test/disk-clean.test.ts',
   'test/disk-config-drive-write.test.ts',
+  'test/disk-erase-nvme.test.ts',
+  'test/disk-erase.test.ts',
   'test/disk-partition-uuids.test.ts',
   'test/disk-root-device.test.ts',
   'test/http-fin-backpressure.test.ts',
@@ -18,10 +21,11 @@ const DEVICE = [
   'test/image-device-decoder.test.ts',
   'test/image-faults.test.ts',
   'test/image-refusals.test.ts',
+  'test/inspect-lldp.test.ts',
   'test/robust-cancel.test.ts',
   'test/robust-kill.test.ts',
 ];
-const ELSEWHERE = ['test/ironic/**', 'test/e2e/**', 'node_modules/**'];
+const ELSEWHERE = ['test/ironic/**', 'test/e2e/**', 'test/fullloop/**', 'node_modules/**'];
 
 export default defineConfig({
   test: {
