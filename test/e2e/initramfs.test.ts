@@ -106,7 +106,11 @@ describe('the built initramfs', () => {
       .filter((f) => f.endsWith('.ts'))
       .map((f) => readFileSync(join(agentDir, f), 'utf8'))
       .join('\n');
-    const named = [...source.matchAll(/\b(?:run|spawnTool|execa)\(\s*'([\w.-]+)'/g)].map((m) => m[1]!);
+    // A tool the agent first asks for with hasTool() is optional: the ramdisk may leave it out on purpose.
+    const optional = new Set([...source.matchAll(/\bhasTool\(\s*'([\w.-]+)'/g)].map((m) => m[1]!));
+    const named = [...source.matchAll(/\b(?:run|spawnTool|execa)\(\s*'([\w.-]+)'/g)]
+      .map((m) => m[1]!)
+      .filter((tool) => !optional.has(tool));
     // Named through a variable or run by another tool: the decoders, qemu-img under prlimit, the table
     // re-read, power, the log collectors (but journalctl: no systemd here, and collection skips it).
     const indirect = [...Object.values(DECODER_TOOL), 'qemu-img', 'partx', 'blockdev', 'poweroff', 'reboot', 'dmesg', 'df', 'ps'];

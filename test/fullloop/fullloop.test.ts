@@ -56,7 +56,8 @@ describe.each(firmwares)('full loop, %s', (firmware) => {
       expect(powerOn, 'the BMC powered the machine on from the network').toBeDefined();
       const lookupAt = Date.now();
       record('power-on -> lookup (cleaning)', lookupAt - Math.max(powerOn!.t, provideAt));
-      expect(looked.driver_internal_info.agent_url).toBe('http://127.0.0.1:9999');
+      // the agent's default auto-TLS, as IPA's: Ironic then talks HTTPS to it, pinned to the certificate it was sent
+      expect(looked.driver_internal_info.agent_url).toBe('https://127.0.0.1:9999');
       const available = await api.waitFor(node.uuid, 'cleaning', (n) => n.provision_state === 'available', 900_000);
       record('cleaning', Date.now() - lookupAt);
       expect(available.power_state).toBe('power off');
