@@ -22,6 +22,8 @@ const DEVICE = [
   'test/image-faults.test.ts',
   'test/image-refusals.test.ts',
   'test/inspect-lldp.test.ts',
+  'test/qcow2-device.test.ts',
+  'test/qcow2-hostile.test.ts',
   'test/robust-cancel.test.ts',
   'test/robust-kill.test.ts',
 ];

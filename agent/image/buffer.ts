@@ -8,9 +8,9 @@ import { ImageDownloadOutofSpaceError } from '../errors.ts';
 const TMPFS_MAGIC = 0x01021994;
 const MiB = 1024 * 1024;
 /** Memory left for the agent, qemu-img and the kernel after a tmpfs buffer is filled. */
-const MEMORY_RESERVE = 256 * MiB;
+export const MEMORY_RESERVE = 256 * MiB;
 
-async function memAvailable(): Promise<number | null> {
+export async function memAvailable(): Promise<number | null> {
   const text = await readFile('/proc/meminfo', 'utf8').catch(() => '');
   const m = /^MemAvailable:\s+(\d+) kB/m.exec(text);
   return m ? Number(m[1]) * 1024 : null;
