@@ -3,9 +3,14 @@
 // 1 MiB page-aligned blocks, up to four in flight. O_DIRECT needs 4 KiB alignment on a 4K-sector disk;
 // pieces of a 4 KiB block (512-byte clusters, odd virtual sizes) are gathered in memory until the block is
 // whole, and whatever is still partial at the end (the image's last bytes) goes through the page cache.
+// Long runs of zeros (unallocated and zero clusters) are zeroed by the device itself, as qemu-img does onto a
+// host device: BLKZEROOUT (`blkdiscard --zeroout`), which the kernel turns into WRITE ZEROES or, on a disk
+// without it, writes from its own zero page. The agent then neither copies nor sends those bytes.
 import { constants } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import { ImageWriteError, errorText } from '../../errors.ts';
+import { run } from '../../exec.ts';
+import type { Logger } from '../../log.ts';
 import type { DeviceGuard } from '../../safety/device-guard.ts';
 import type { WriteTarget } from './reader.ts';
 
@@ -13,6 +18,8 @@ const MiB = 1024 * 1024;
 const BLOCK = 1 * MiB;
 const DEPTH = 4;
 const ALIGN = 4096;
+/** Zero runs at least this long go to the device's zeroing; shorter ones are not worth a tool's start. */
+const ZEROOUT_MIN = 4 * MiB;
 
 declare const WebAssembly: { Memory: new (descriptor: { initial: number }) => { buffer: ArrayBuffer } };
 
@@ -34,12 +41,16 @@ export class PositionalWriter implements WriteTarget {
   private failure: Error | null = null;
   private readonly partials = new Map<number, Partial>();
   private closed = false;
+  /** Cleared when the device refused to zero a range: zeros are written from memory from then on. */
+  private zeroout = true;
+  private zeroing: Promise<unknown> = Promise.resolve();
 
   private constructor(
     private readonly fh: FileHandle,
     private readonly path: string,
     /** Nothing is written at or past this offset (the image's virtual size). */
     private readonly limit: number,
+    private readonly log: Logger,
   ) {
     const memory = new WebAssembly.Memory({ initial: (DEPTH * BLOCK) / 65536 + 1 });
     this.blocks = Array.from({ length: DEPTH }, (_, i) => Buffer.from(memory.buffer, i * BLOCK, BLOCK));
@@ -47,10 +58,10 @@ export class PositionalWriter implements WriteTarget {
     this.inFlight = new Array(DEPTH).fill(Promise.resolve());
   }
 
-  static async open(path: string, limit: number, guard: DeviceGuard): Promise<PositionalWriter> {
+  static async open(path: string, limit: number, guard: DeviceGuard, log: Logger): Promise<PositionalWriter> {
     await guard.assertWritable(path, 'write an image to');
     try {
-      return new PositionalWriter(await open(path, constants.O_RDWR | constants.O_DIRECT), path, limit);
+      return new PositionalWriter(await open(path, constants.O_RDWR | constants.O_DIRECT), path, limit, log);
     } catch (err) {
       throw new ImageWriteError(`cannot open ${path} for writing with direct I/O (O_DIRECT): ${errorText(err)}`);
     }
@@ -63,7 +74,33 @@ export class PositionalWriter implements WriteTarget {
 
   async zero(offset: number, length: number): Promise<void> {
     this.bounds(offset, length);
-    await this.put(offset, length, (block, at, _from, n) => block.fill(0, at, at + n));
+    const fill = (block: Buffer, at: number, _from: number, n: number) => void block.fill(0, at, at + n);
+    const start = Math.ceil(offset / ALIGN) * ALIGN;
+    const end = Math.floor((offset + length) / ALIGN) * ALIGN;
+    if (!this.zeroout || end - start < ZEROOUT_MIN) {
+      await this.put(offset, length, fill);
+      return;
+    }
+    await this.put(offset, start - offset, fill);
+    if (!(await this.zeroOut(start, end - start))) await this.put(start, end - start, fill);
+    await this.put(end, offset + length - end, fill);
+  }
+
+  /**
+   * Has the device zero `length` bytes at `start` (4 KiB-aligned); false when it cannot, so that the caller
+   * writes them. Writes in flight cover other ranges: each guest byte is placed once.
+   */
+  private async zeroOut(start: number, length: number): Promise<boolean> {
+    const done = run('blkdiscard', ['--zeroout', '--offset', String(start), '--length', String(length), this.path], { timeoutMs: 0 });
+    this.zeroing = done.catch(() => undefined);
+    try {
+      await done;
+      return true;
+    } catch (err) {
+      this.log.warn({ device: this.path, err: errorText(err) }, 'the device would not zero a range itself; writing the zeros instead');
+      this.zeroout = false;
+      return false;
+    }
   }
 
   private bounds(offset: number, length: number): void {
@@ -189,7 +226,7 @@ export class PositionalWriter implements WriteTarget {
   async release(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    await Promise.all([...this.inFlight, this.singleWrite]);
+    await Promise.all([...this.inFlight, this.singleWrite, this.zeroing]);
     await this.fh.close().catch(() => undefined);
   }
 }

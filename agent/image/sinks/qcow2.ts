@@ -71,7 +71,7 @@ export class Qcow2Sink implements Sink {
     const layout = parseQcow2Header(head, { deviceSize: device.size, declaredLength });
     this.virtualSize = layout.virtualSize;
     await this.target.clear();
-    this.writer = await PositionalWriter.open(device.path, layout.virtualSize, this.target.guard);
+    this.writer = await PositionalWriter.open(device.path, layout.virtualSize, this.target.guard, this.target.log);
     this.reader = new Qcow2Reader(layout, this.writer, { spoolBudget: this.spoolBytes, declaredLength });
   }
 
