@@ -24,6 +24,7 @@ const DEVICE = [
   'test/inspect-lldp.test.ts',
   'test/robust-cancel.test.ts',
   'test/robust-kill.test.ts',
+  'test/robust-prechecks.test.ts',
 ];
 const ELSEWHERE = ['test/ironic/**', 'test/e2e/**', 'test/fullloop/**', 'node_modules/**'];
 

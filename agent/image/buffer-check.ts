@@ -8,6 +8,7 @@ import { verifyDigest, type ExpectedDigest } from './checksum.ts';
 import { refuseUnsafe } from './gates.ts';
 import type { HashWorker } from './hash-worker.ts';
 import { INSPECT_HEAD_BYTES, inspectImage } from './inspect.ts';
+import { assertQcow2Within } from './qcow2-extent.ts';
 import type { SinkTarget } from './sinks/sink.ts';
 import type { ProgressMeter } from '../progress.ts';
 
@@ -33,7 +34,10 @@ async function readEnds(file: string, size: number): Promise<{ head: Buffer; tai
   }
 }
 
-/** Reads the image's header and footer, and refuses it unless it is an allowed format that fits the device. */
+/**
+ * Reads the image's header and footer, and refuses it unless it is an allowed format that fits the device
+ * (and, for qcow2, holds every cluster its tables name).
+ */
 export async function inspectBuffer(file: string, declared: string | undefined, config: Config, device: SinkTarget): Promise<InspectedBuffer> {
   const size = (await stat(file)).size;
   const { head, tail } = await readEnds(file, size);
@@ -46,6 +50,7 @@ export async function inspectBuffer(file: string, declared: string | undefined, 
       tooLarge: true,
     });
   }
+  if (found.format === 'qcow2') await assertQcow2Within(file, size);
   return { file, format: found.format, virtualSize, size, head };
 }
 
