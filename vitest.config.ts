@@ -22,6 +22,7 @@ const DEVICE = [
   'test/image-faults.test.ts',
   'test/image-refusals.test.ts',
   'test/inspect-lldp.test.ts',
+  'test/robust-buffers.test.ts',
   'test/robust-cancel.test.ts',
   'test/robust-kill.test.ts',
   'test/robust-prechecks.test.ts',
