@@ -24,6 +24,7 @@ const DEVICE = [
   'test/inspect-lldp.test.ts',
   'test/robust-buffers.test.ts',
   'test/robust-cancel.test.ts',
+  'test/robust-configdrive-room.test.ts',
   'test/robust-kill.test.ts',
   'test/robust-prechecks.test.ts',
 ];

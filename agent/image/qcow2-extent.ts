@@ -3,8 +3,9 @@
 // or by a server that lied about its length) would be deployed as a disk of holes and reported a success.
 // Checked on the buffer file before the disk is touched: the L1 table, every L2 table it names, every data
 // cluster those name, and the refcount table, all within the file.
-import { open, type FileHandle } from 'node:fs/promises';
+import { open } from 'node:fs/promises';
 import { InvalidImage } from '../errors.ts';
+import { readAt } from './read-at.ts';
 
 /** Bits 9–55 of an L1 or L2 entry: the host offset of the table or cluster. */
 const OFFSET_MASK = 0x00ff_ffff_ffff_fe00n;
@@ -12,12 +13,6 @@ const COMPRESSED = 1n << 62n;
 /** The cluster sizes qemu accepts: 512 B to 2 MiB. */
 const MIN_CLUSTER_BITS = 9;
 const MAX_CLUSTER_BITS = 21;
-
-async function readAt(fh: FileHandle, offset: number, length: number): Promise<Buffer> {
-  const buf = Buffer.alloc(length);
-  const { bytesRead } = await fh.read(buf, 0, length, offset);
-  return buf.subarray(0, bytesRead);
-}
 
 /** Throws InvalidImage naming the first table or cluster that lies past the end of the `size`-byte file. */
 export async function assertQcow2Within(file: string, size: number): Promise<void> {
