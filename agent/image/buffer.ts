@@ -3,21 +3,16 @@
 // what a deploy that did not finish left there (it would count against this one, and on tmpfs it is RAM).
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { readdir, readFile, rm, statfs } from 'node:fs/promises';
+import { readdir, rm, statfs } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ImageDownloadOutofSpaceError, errorText } from '../errors.ts';
+import { availableMemory, SYSTEM_MEMORY_PATHS, type MemoryPaths } from '../host/memory.ts';
 import type { Logger } from '../log.ts';
 
 const TMPFS_MAGIC = 0x01021994;
 const MiB = 1024 * 1024;
 /** Memory left for the agent, qemu-img and the kernel after a tmpfs buffer is filled. */
 const MEMORY_RESERVE = 256 * MiB;
-
-async function memAvailable(): Promise<number | null> {
-  const text = await readFile('/proc/meminfo', 'utf8').catch(() => '');
-  const m = /^MemAvailable:\s+(\d+) kB/m.exec(text);
-  return m ? Number(m[1]) * 1024 : null;
-}
 
 export interface BufferBudget {
   /** Bytes the buffer file may grow to. */
@@ -26,7 +21,7 @@ export interface BufferBudget {
 }
 
 /** How big the buffer may grow; refuses at once when `expectedBytes` (if known) cannot fit. */
-export async function bufferBudget(dir: string, expectedBytes: number | undefined): Promise<BufferBudget> {
+export async function bufferBudget(dir: string, expectedBytes: number | undefined, memory: MemoryPaths = SYSTEM_MEMORY_PATHS): Promise<BufferBudget> {
   let st: Awaited<ReturnType<typeof statfs>>;
   try {
     st = await statfs(dir);
@@ -36,12 +31,20 @@ export async function bufferBudget(dir: string, expectedBytes: number | undefine
   const free = st.bavail * st.bsize;
   const tmpfs = st.type === TMPFS_MAGIC;
   let limit = free;
+  let byCgroup = false;
   if (tmpfs) {
-    const mem = await memAvailable();
-    if (mem !== null) limit = Math.min(limit, Math.max(0, mem - MEMORY_RESERVE));
+    const mem = await availableMemory(memory);
+    if (mem !== null && mem.bytes - MEMORY_RESERVE < limit) {
+      limit = Math.max(0, mem.bytes - MEMORY_RESERVE);
+      byCgroup = mem.limitedBy === 'cgroup';
+    }
   }
   if (expectedBytes !== undefined && expectedBytes > limit) {
-    const why = tmpfs ? 'RAM-backed: the lesser of its free space and free memory' : 'its free space';
+    const why = !tmpfs
+      ? 'its free space'
+      : byCgroup
+        ? "RAM-backed: the room below the agent's memory cgroup limit"
+        : 'RAM-backed: the lesser of its free space and free memory';
     throw new ImageDownloadOutofSpaceError(
       `the image (${expectedBytes} bytes) does not fit in the buffer: ${dir} can take ${limit} bytes (${why})`,
     );
