@@ -22,6 +22,7 @@ const DEVICE = [
   'test/image-faults.test.ts',
   'test/image-refusals.test.ts',
   'test/inspect-lldp.test.ts',
+  'test/robust-body-limit.test.ts',
   'test/robust-buffers.test.ts',
   'test/robust-cancel.test.ts',
   'test/robust-configdrive-room.test.ts',
