@@ -215,7 +215,7 @@ describe('clean extension', () => {
 
   it('fails an unknown step with CleaningError, and rejects a step without a name as HTTP 400', async () => {
     await withAgent([], {}, async (c) => {
-      const r = await c.command('clean.execute_clean_step', { step: { step: 'burnin_cpu', interface: 'deploy' }, node: node(), ports: [] }, { poll: true });
+      const r = await c.command('clean.execute_clean_step', { step: { step: 'burnin_gpu', interface: 'deploy' }, node: node(), ports: [] }, { poll: true });
       expect(r.command_status).toBe('FAILED');
       expect((r.command_error as { type: string }).type).toBe('CleaningError');
       await expect(c.command('clean.execute_clean_step', { step: { interface: 'deploy' } })).rejects.toThrow(/400.*Malformed clean_step/);

@@ -138,7 +138,7 @@ describe('burn-in settings (driver_info), checked before any tool runs', () => {
       .toEqual(['--vm', '0', '--timeout', '60', '--vm-bytes', '512M', '--metrics-brief', '--log-file', '/var/log/vm.log']);
     expect(fioDiskArgs({}, ['/dev/sda'])).toEqual([
       '--rw', 'readwrite', '--bs', '4k', '--direct', '1', '--ioengine', 'libaio', '--iodepth', '32', '--verify', 'crc32c',
-      '--verify_dump', '1', '--continue_on_error', 'verify', '--loops', '4', '--name', '/dev/sda', '--filename', '/dev/sda',
+      '--verify_dump', '1', '--continue_on_error', 'verify', '--loops', '4', '--verify_state_save', '0', '--name', '/dev/sda', '--filename', '/dev/sda',
     ]);
     const plan = networkPlan({ agent_burnin_fio_network_config: '{"role": "reader", "partner": "node-2"}', agent_burnin_fio_network_runtime: 30 });
     expect(plan).toEqual({ role: 'reader', partner: 'node-2', runtimeS: 30 });

@@ -25,6 +25,8 @@ export function fioDiskArgs(info: Record<string, unknown>, devices: readonly str
   return [
     '--rw', 'readwrite', '--bs', '4k', '--direct', '1', '--ioengine', 'libaio', '--iodepth', '32',
     '--verify', 'crc32c', '--verify_dump', '1', '--continue_on_error', 'verify', '--loops', String(loops),
+    // no resumable-verify state file in the working folder (it would land in / of the ramdisk)
+    '--verify_state_save', '0',
     // runtime 0 means "no time limit": the loops alone bound the run (fio would otherwise run forever)
     ...(runtime > 0 ? ['--runtime', String(runtime), '--time_based'] : []),
     ...(output ? ['--output-format', 'json', '--output', output] : []),
