@@ -28,12 +28,12 @@ afterAll(async () => {
 });
 
 /** Deploys `file` with the config drive onto a fresh painted loop device of `diskBytes`; returns the result and whether the disk is untouched. */
-async function deploy(file: string, diskBytes: number, info: Record<string, unknown>, configdrive = drive): Promise<{ r: CommandJson; untouched: boolean; p2Label: string }> {
+async function deploy(file: string, diskBytes: number, info: Record<string, unknown>, configdrive = drive, flags: Record<string, string> = {}): Promise<{ r: CommandJson; untouched: boolean; p2Label: string }> {
   const url = await images.serveFile(`${Math.random()}-${file.split('/').at(-1)}`, file);
   const digest = createHash('sha256').update(await readFile(file)).digest('hex');
   return withLoops([diskBytes], async ([loop]) => {
     await paint(loop!.path, loop!.sizeBytes);
-    const a = await startImageAgent(loop!.path);
+    const a = await startImageAgent(loop!.path, flags);
     try {
       const r = await runToEnd(a.url, 'standby.prepare_image', {
         image_info: { id: 'room', urls: [url], os_hash_algo: 'sha256', os_hash_value: digest, ...info },
@@ -55,6 +55,9 @@ async function putConfig2(image: string, at: number, kib: number): Promise<void>
 }
 
 const BUFFERED_RAW = { disk_format: 'raw', stream_raw_images: false };
+/** A qcow2 on the buffered route, read through its tables before qemu-img runs. Streamed (the default), a qcow2's
+ * partition table is known only once written, so the room is judged after the write, as before this check. */
+const BUFFERED_QCOW2 = { 'ina-qcow2-stream-spool': '0' };
 const refusedBefore = /^Config drive cannot be written to \/dev\/loop\d+: .*; refused before writing the image$/;
 
 describe('the config drive room, checked before writing', { timeout: 120_000 }, () => {
@@ -72,10 +75,14 @@ describe('the config drive room, checked before writing', { timeout: 120_000 }, 
     const img = await makeDiskImage(work.dir, { sizeMiB: 40, name: 'fullc.raw' });
     const qcow2 = `${img.path}.qcow2`;
     await execa('qemu-img', ['convert', '-q', '-c', '-f', 'raw', '-O', 'qcow2', img.path, qcow2]);
-    const { r, untouched } = await deploy(qcow2, 40 * MiB, { disk_format: 'qcow2' });
+    const { r, untouched } = await deploy(qcow2, 40 * MiB, { disk_format: 'qcow2' }, drive, BUFFERED_QCOW2);
     expect(r.command_error?.details).toMatch(refusedBefore);
     expect(r.command_error!.details).toMatch(/no room for a 64 MiB config drive partition/);
     expect(untouched).toBe(true);
+    const streamed = await deploy(qcow2, 40 * MiB, { disk_format: 'qcow2' });
+    expect(streamed.r.command_status).toBe('FAILED');
+    expect(streamed.r.command_error).toMatchObject({ type: 'ConfigDriveError' });
+    expect(streamed.r.command_error!.details).toMatch(/No room for a 64 MiB config drive partition/);
   });
 
   it('an MBR image with four primary partitions: refused with the disk untouched, though the disk has room', async () => {
@@ -98,7 +105,7 @@ describe('the config drive room, checked before writing', { timeout: 120_000 }, 
     const qcow2 = `${file}.qcow2`;
     await execa('qemu-img', ['convert', '-q', '-f', 'raw', '-O', 'qcow2', file, qcow2]);
     const big = toWire(await buildIso({ 'openstack/latest/user_data': Buffer.alloc(3 * MiB, 1) }));
-    const { r, untouched } = await deploy(qcow2, 200 * MiB, { disk_format: 'qcow2' }, big);
+    const { r, untouched } = await deploy(qcow2, 200 * MiB, { disk_format: 'qcow2' }, big, BUFFERED_QCOW2);
     expect(r.command_error?.details).toMatch(refusedBefore);
     expect(r.command_error!.details).toMatch(/the config drive \(\d+ bytes\) does not fit the image's config-2 partition 2 \(2097152 bytes\)/);
     expect(untouched).toBe(true);
