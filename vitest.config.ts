@@ -6,6 +6,7 @@ import { defineConfig } from 'vitest/config';
  */
 const DEVICE = [
   'test/agent-crash-restart.test.ts',
+  'test/burnin.test.ts',
   'test/deploy-steps.test.ts',
   'test/device-guard.test.ts',
   'test/disk-bootloader.test.ts',

@@ -188,7 +188,7 @@ describe('inspectImage over real images', () => {
     const luks = Buffer.concat([Buffer.from([0x4c, 0x55, 0x4b, 0x53, 0xba, 0xbe, 0, 2]), Buffer.alloc(1024)]);
     expect(inspectImage(luks).format).toBe('luks');
     const iso = join(work.dir, 'x.iso');
-    await execa('genisoimage', ['-quiet', '-V', 'x', '-o', iso, work.dir + '/x.vdi']);
+    await execa('genisoimage', ['-quiet', '-V', 'x', '-o', iso, `${work.dir}/x.vdi`]);
     expect(inspectImage(await head(iso)).format).toBe('iso');
   });
 

@@ -71,6 +71,11 @@ export interface Config {
   simulatedRebootDelayS: number;
   /** Where rescue writes the rescue password and user: `/` in a ramdisk; outside one only if given. */
   rescueRoot?: string;
+  /**
+   * The root under which erase_pstore reads `proc/mounts` and clean_uefi_nvram's efibootmgr finds
+   * `sys/firmware/efi/efivars`: `/` in a ramdisk; outside one only if given (tests hand in a fake root).
+   */
+  firmwareRoot?: string;
   logFile?: string;
   statusFile?: string;
   console: { device?: string; shell: boolean };
@@ -167,6 +172,7 @@ export function buildConfig(kernel: ReadonlyMap<string, string>, flags: Readonly
     hostActions: r.oneOf('host-actions', ['simulated', 'real'] as const, 'simulated'),
     simulatedRebootDelayS: r.num('simulated-reboot-delay', 2, { min: 0 }),
     rescueRoot: r.str('ina-rescue-root') ?? (merged.get('host-actions') === 'real' ? '/' : undefined),
+    firmwareRoot: r.str('ina-firmware-root') ?? (merged.get('host-actions') === 'real' ? '/' : undefined),
     logFile: r.str('log-file'),
     statusFile: r.str('status-file'),
     console: { device: r.str('console-device'), shell: r.bool('ina-console-shell', false) },

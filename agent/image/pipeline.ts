@@ -197,7 +197,7 @@ async function bufferOnce(job: PipelineJob, transfer: Transfer, expected: Expect
   meter.start(ROUTES.buffer.phase, null);
   await cleanStaleBuffers(config.image.bufferDir, log);
   const image = await transfer.open(info.urls);
-  let budget;
+  let budget: Awaited<ReturnType<typeof bufferBudget>>;
   try {
     budget = await bufferBudget(config.image.bufferDir, image.totalBytes);
   } catch (err) {
