@@ -15,7 +15,7 @@ import { request as httpRequest } from 'node:http';
 import { execa } from 'execa';
 import { startAgentChild, type AgentChild } from '../test/helpers/agent-child.ts';
 import { buildIso, toWire } from '../test/helpers/configdrive.ts';
-import { attachLoop, detachLoop, GiB, type LoopDevice } from '../test/helpers/loop.ts';
+import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from '../test/helpers/loop.ts';
 import { compress, makeDiskImage, toQcow2, workDir } from '../test/helpers/make-image.ts';
 import { startRawHttpServer, type Behaviour } from '../test/helpers/raw-http-server.ts';
 

@@ -60,7 +60,10 @@ export async function withBody<T>(c: Context, owner: object, use: (text: string)
   const declared = header !== undefined && /^\d+$/.test(header) ? Number(header) : undefined;
   if (declared !== undefined && declared > max) throw new BodyTooLarge();
   let turn = largeBodies.get(owner);
-  if (!turn) largeBodies.set(owner, (turn = new Turn()));
+  if (!turn) {
+    turn = new Turn();
+    largeBodies.set(owner, turn);
+  }
   const release = declared !== undefined && declared <= SMALL_BODY_BYTES ? () => undefined : await turn.take();
   try {
     const text = (await readLimited(c.req.raw.body, declared, max)).toString('utf8');

@@ -56,7 +56,7 @@ function noRoom(diskPath: string, regions: readonly Region[], sectorSize: number
 async function readGpt(view: ImageView, disk: SinkTarget): Promise<Table | null | undefined> {
   const ss = disk.logicalSectorSize;
   const header = await bytesAt(view, ss, 92);
-  if (!header || header.toString('latin1', 0, 8) !== 'EFI PART') return undefined;
+  if (header?.toString('latin1', 0, 8) !== 'EFI PART') return undefined;
   const firstUsable = Number(header.readBigUInt64LE(40));
   const entriesLba = Number(header.readBigUInt64LE(72));
   const count = header.readUInt32LE(80);
