@@ -25,6 +25,8 @@ const DEVICE = [
   'test/inspect-lldp.test.ts',
   'test/robust-body-limit.test.ts',
   'test/robust-buffers.test.ts',
+  'test/qcow2-device.test.ts',
+  'test/qcow2-hostile.test.ts',
   'test/robust-cancel.test.ts',
   'test/robust-configdrive-room.test.ts',
   'test/robust-kill.test.ts',

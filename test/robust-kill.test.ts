@@ -89,6 +89,8 @@ async function startThrottled(): Promise<AgentChild> {
     throttle: { device: loop.path, bytesPerSecond: 1024 * 1024 },
     flags: {
       'ipa-image-buffer-dir': scratch,
+      // These tests are about qemu-img, which only the buffered route runs.
+      'ina-qcow2-stream-spool': '0',
       'status-file': join(scratch, 'status.json'),
       'log-file': join(scratch, 'agent.log'),
     },

@@ -65,6 +65,8 @@ export interface Config {
     disableDeepInspection: boolean;
     convertMemoryLimitMiB: number;
     bufferDir: string;
+    /** RAM the streamed qcow2 reader may hold for data that arrives before its table (0: never stream qcow2). */
+    qcow2SpoolMiB: number;
   };
   erase: { randomPasses: number; finalZeroPass: boolean; discardFirst: boolean };
   hostActions: 'simulated' | 'real';
@@ -163,6 +165,7 @@ export function buildConfig(kernel: ReadonlyMap<string, string>, flags: Readonly
         why: 'qemu-img cannot convert an image in less address space (MiB), see docs/safety.md',
       }),
       bufferDir: r.str('ipa-image-buffer-dir', '/tmp'),
+      qcow2SpoolMiB: r.num('ina-qcow2-stream-spool', 64, { integer: true, min: 0 }),
     },
     erase: {
       randomPasses: r.num('ipa-erase-random-passes', 1, { integer: true, min: 0 }),

@@ -12,7 +12,7 @@ import type { Logger } from '../log.ts';
 const TMPFS_MAGIC = 0x01021994;
 const MiB = 1024 * 1024;
 /** Memory left for the agent, qemu-img and the kernel after a tmpfs buffer is filled. */
-const MEMORY_RESERVE = 256 * MiB;
+export const MEMORY_RESERVE = 256 * MiB;
 
 export interface BufferBudget {
   /** Bytes the buffer file may grow to. */
