@@ -23,8 +23,14 @@ const DEVICE = [
   'test/image-faults.test.ts',
   'test/image-refusals.test.ts',
   'test/inspect-lldp.test.ts',
+  'test/robust-body-limit.test.ts',
+  'test/robust-buffers.test.ts',
+  'test/qcow2-device.test.ts',
+  'test/qcow2-hostile.test.ts',
   'test/robust-cancel.test.ts',
+  'test/robust-configdrive-room.test.ts',
   'test/robust-kill.test.ts',
+  'test/robust-prechecks.test.ts',
 ];
 const ELSEWHERE = ['test/ironic/**', 'test/e2e/**', 'test/fullloop/**', 'node_modules/**'];
 

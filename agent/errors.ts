@@ -125,11 +125,17 @@ export class ImageWriteError extends AgentError {
   readonly tooLarge: boolean;
   /** A tool failed for want of a resource (memory) and may succeed when run again on the same input. */
   readonly transient: boolean;
+  /**
+   * The image is sound, but the route that streams it cannot take it (more data before its tables than the
+   * spool may hold, internal snapshots): the buffered route can, from a fresh download.
+   */
+  readonly needsBuffer: boolean;
 
-  constructor(details?: string, facts: { tooLarge?: boolean; transient?: boolean } = {}) {
+  constructor(details?: string, facts: { tooLarge?: boolean; transient?: boolean; needsBuffer?: boolean } = {}) {
     super(details);
     this.tooLarge = facts.tooLarge ?? false;
     this.transient = facts.transient ?? false;
+    this.needsBuffer = facts.needsBuffer ?? false;
   }
 }
 export class InvalidImage extends AgentError {

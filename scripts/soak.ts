@@ -19,7 +19,6 @@ import { startRawHttpServer, type Behaviour } from '../test/helpers/raw-http-ser
 const DEPLOYS = Number(process.env.SOAK_DEPLOYS ?? 300);
 const SEED = Number(process.env.SOAK_SEED ?? 17);
 const MAX_S = Number(process.env.SOAK_MAX_S ?? 1800);
-const MiB = 1024 * 1024;
 
 /** mulberry32: a small seeded generator, so that a failing run can be repeated exactly. */
 function prng(seed: number): () => number {

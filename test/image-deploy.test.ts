@@ -45,11 +45,11 @@ async function expectWritten(img: DiskImage): Promise<void> {
   }
 }
 
-async function deploy(img: DiskImage, file: string, imageInfo: Record<string, unknown>, log?: LogRing) {
+async function deploy(_img: DiskImage, file: string, imageInfo: Record<string, unknown>, log?: LogRing, flags: Record<string, string> = {}) {
   const name = `${Math.random().toString(16).slice(2)}-${file.split('/').pop()}`;
   const url = await server.serveFile(name, file);
   const digest = createHash('sha256').update(await readFile(file)).digest('hex');
-  const agent = await startImageAgent(loop.path, {}, log && pino({ base: null }, log));
+  const agent = await startImageAgent(loop.path, flags, log && pino({ base: null }, log));
   try {
     return await runToEnd(agent.url, 'standby.prepare_image', {
       image_info: { id: name, urls: [url], os_hash_algo: 'sha256', os_hash_value: digest, ...imageInfo },
@@ -89,10 +89,19 @@ describe('standby.prepare_image writes real images', () => {
     expect(phasesIn(log)).toEqual(['device', 'download', 'inspect', 'write', 'verify', 'table', 'check']);
   });
 
-  it('converts a gzip-packed qcow2 image, its checksum (over the packed bytes) checked before the device is written', async () => {
+  it.each(['none', 'gzip', 'zstd', 'xz'] as const)('streams a qcow2 image (packed: %s) through the qcow2 reader, no buffer, no qemu-img', async (kind) => {
+    const log = new LogRing();
+    const qcow2 = await toQcow2(gpt.path, join(work.dir, `streamed-${kind}.qcow2`));
+    succeeded(await deploy(gpt, kind === 'none' ? qcow2 : await compress(qcow2, kind), { disk_format: 'qcow2' }, log));
+    await expectWritten(gpt);
+    expect(phasesIn(log)).toEqual(['device', 'stream', 'table', 'check']);
+    expect(log.tail().some((l) => l.includes('qcow2 image placed by the streaming reader'))).toBe(true);
+  });
+
+  it('converts a gzip-packed qcow2 image from the buffer (streaming off), its checksum (over the packed bytes) checked before the device is written', async () => {
     const log = new LogRing();
     const packed = await compress(await toQcow2(gpt.path, join(work.dir, 'packed.qcow2')), 'gzip');
-    succeeded(await deploy(gpt, packed, { disk_format: 'qcow2' }, log));
+    succeeded(await deploy(gpt, packed, { disk_format: 'qcow2' }, log, { 'ina-qcow2-stream-spool': '0' }));
     await expectWritten(gpt);
     expect(phasesIn(log)).toEqual(['device', 'download', 'inspect', 'convert', 'table', 'check']);
   });
@@ -112,14 +121,14 @@ describe('standby.prepare_image writes real images', () => {
     await expectWritten(gpt);
   });
 
-  it('converts a qcow2 image with qemu-img from the buffer, checks the checksum after, and deletes the buffer', async () => {
+  it('converts a qcow2 image with qemu-img from the buffer (streaming off), checks the checksum after, and deletes the buffer', async () => {
     const bufferDir = join(work.dir, 'buffer');
     await mkdir(bufferDir);
     const name = 'q.qcow2';
     const file = await toQcow2(mbr.path, join(work.dir, name));
     const url = await server.serveFile(name, file);
     const log = new LogRing();
-    const agent = await startImageAgent(loop.path, { 'ipa-image-buffer-dir': bufferDir }, pino({ base: null }, log));
+    const agent = await startImageAgent(loop.path, { 'ipa-image-buffer-dir': bufferDir, 'ina-qcow2-stream-spool': '0' }, pino({ base: null }, log));
     try {
       const r = await runToEnd(agent.url, 'standby.prepare_image', {
         image_info: { id: name, urls: [url], disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: sha256(await readFile(file)) },

@@ -138,7 +138,7 @@ describe('refused before the device is written', () => {
         });
       });
       await new Promise<void>((resolve) => liar.listen(0, '127.0.0.1', resolve));
-      const agent = await startImageAgent(loop.path, { 'ipa-image-buffer-dir': dir });
+      const agent = await startImageAgent(loop.path, { 'ipa-image-buffer-dir': dir, 'ina-qcow2-stream-spool': '0' });
       try {
         const r = await runToEnd(agent.url, 'standby.prepare_image', {
           image_info: { id: 'huge', urls: [`http://127.0.0.1:${(liar.address() as AddressInfo).port}/huge.qcow2`], disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: 'a'.repeat(64) },
@@ -214,14 +214,16 @@ describe('checksum mismatch', () => {
     await expectNoDiskLabel();
   });
 
-  // A plain buffered image is hashed from its buffer file while it is written, so the mismatch shows after.
+  // A plain buffered image is hashed from its buffer file while it is written, so the mismatch shows after;
+  // a streamed qcow2 is hashed as it passes, and the mismatch shows once the last byte is placed.
   it.each([
-    ['qcow2, converted', { disk_format: 'qcow2' }, true],
-    ['raw, not streamed', { disk_format: 'raw', stream_raw_images: false }, false],
-  ] as const)('%s: fails once written and leaves nothing that looks like a disk label', async (_, info, convert) => {
+    ['qcow2, streamed', { disk_format: 'qcow2' }, true, {}],
+    ['qcow2, converted', { disk_format: 'qcow2' }, true, { 'ina-qcow2-stream-spool': '0' }],
+    ['raw, not streamed', { disk_format: 'raw', stream_raw_images: false }, false, {}],
+  ] as const)('%s: fails once written and leaves nothing that looks like a disk label', async (_, info, convert, flags) => {
     const wrong = 'cd'.repeat(32);
     const file = convert ? await toQcow2(small.path, join(work.dir, 'mismatch.qcow2')) : small.path;
-    const r = await deployFile(file, { ...info, os_hash_value: wrong });
+    const r = await deployFile(file, { ...info, os_hash_value: wrong }, flags);
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error!.type).toBe('ImageChecksumError');
     expect(r.command_error!.details).toContain(`verification checksum: ${await sha256Of(file)}`);
@@ -230,8 +232,17 @@ describe('checksum mismatch', () => {
 
   it('a compressed buffered image: fails before the device is written', async () => {
     const packed = await compress(await toQcow2(small.path, join(work.dir, 'mismatch-packed.qcow2')), 'gzip');
-    const r = await deployFile(packed, { disk_format: 'qcow2', os_hash_value: 'ef'.repeat(32) });
+    const r = await deployFile(packed, { disk_format: 'qcow2', os_hash_value: 'ef'.repeat(32) }, { 'ina-qcow2-stream-spool': '0' });
     await expectRefused(r, 'ImageChecksumError', new RegExp(`verification checksum: ${await sha256Of(packed)}`));
+  });
+
+  it('a compressed streamed qcow2: fails once written, over the packed bytes, and leaves nothing that looks like a disk label', async () => {
+    const packed = await compress(await toQcow2(small.path, join(work.dir, 'mismatch-streamed.qcow2')), 'zstd');
+    const r = await deployFile(packed, { disk_format: 'qcow2', os_hash_value: 'ef'.repeat(32) });
+    expect(r.command_status).toBe('FAILED');
+    expect(r.command_error!.type).toBe('ImageChecksumError');
+    expect(r.command_error!.details).toContain(`verification checksum: ${await sha256Of(packed)}`);
+    await expectNoDiskLabel();
   });
 
   it('is reported rather than the refusal that damaged bytes cause, and the device is not written', async () => {
@@ -351,12 +362,24 @@ describe('a packed image that goes wrong after writing began', () => {
 });
 
 describe('a conversion that fails halfway', () => {
-  it('fails with ImageWriteError and leaves nothing that looks like a disk label', async () => {
-    const img = await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 14, name: 'halfway.raw', randomKiB: 10 * 1024 });
+  it('streamed: fails with InvalidImage once the broken cluster arrives, and leaves nothing that looks like a disk label', async () => {
+    const img = await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 14, name: 'halfway-streamed.raw', randomKiB: 10 * 1024 });
     const qcow2 = `${img.path}.qcow2`;
     await execa('qemu-img', ['convert', '-q', '-c', '-f', 'raw', '-O', 'qcow2', img.path, qcow2]);
     await corruptLastCluster(qcow2);
     const r = await deployFile(qcow2, { disk_format: 'qcow2' });
+    expect(r.command_status).toBe('FAILED');
+    expect(r.command_error!.type).toBe('InvalidImage');
+    expect(r.command_error!.details).toMatch(/compressed cluster at guest offset \d+ cannot be decoded/);
+    await expectNoDiskLabel();
+  });
+
+  it('buffered: fails with ImageWriteError and leaves nothing that looks like a disk label', async () => {
+    const img = await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 14, name: 'halfway.raw', randomKiB: 10 * 1024 });
+    const qcow2 = `${img.path}.qcow2`;
+    await execa('qemu-img', ['convert', '-q', '-c', '-f', 'raw', '-O', 'qcow2', img.path, qcow2]);
+    await corruptLastCluster(qcow2);
+    const r = await deployFile(qcow2, { disk_format: 'qcow2' }, { 'ina-qcow2-stream-spool': '0' });
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error!.type).toBe('ImageWriteError');
     expect(r.command_error!.details).toMatch(/Writing image to device .* failed with exit code 1/);
@@ -365,7 +388,7 @@ describe('a conversion that fails halfway', () => {
     // The same bytes, damaged in transit as far as the checksum tells: that is what is reported, after the
     // failed write was cleared (the paint is gone).
     await paint(loop.path, loop.sizeBytes);
-    const mismatch = await deployFile(qcow2, { disk_format: 'qcow2', os_hash_value: '23'.repeat(32) });
+    const mismatch = await deployFile(qcow2, { disk_format: 'qcow2', os_hash_value: '23'.repeat(32) }, { 'ina-qcow2-stream-spool': '0' });
     expect(mismatch.command_error!.type).toBe('ImageChecksumError');
     await expectNoDiskLabel();
   });

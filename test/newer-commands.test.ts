@@ -97,7 +97,7 @@ describe('rescue.finalize_rescue', () => {
   it('replaces the password of an existing rescue user without adding a second one', async () => {
     const root = await fakeRoot();
     await setRescuePassword(root, HASH);
-    const other = '$6$othersalt$' + 'a'.repeat(86);
+    const other = `$6$othersalt$${'a'.repeat(86)}`;
     await setRescuePassword(root, other);
     const shadow = await readFile(join(root, 'etc', 'shadow'), 'utf8');
     expect(shadow.match(/^rescue:/gm)).toHaveLength(1);

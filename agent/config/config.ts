@@ -65,6 +65,8 @@ export interface Config {
     disableDeepInspection: boolean;
     convertMemoryLimitMiB: number;
     bufferDir: string;
+    /** RAM the streamed qcow2 reader may hold for data that arrives before its table (0: never stream qcow2). */
+    qcow2SpoolMiB: number;
   };
   erase: { randomPasses: number; finalZeroPass: boolean; discardFirst: boolean };
   hostActions: 'simulated' | 'real';
@@ -83,6 +85,11 @@ export interface Config {
 }
 
 const API_URL = /^(mdns|https?:\/\/.+)$/;
+/**
+ * The least `ipa-image-convert-memory-limit` (an address-space limit) under which qemu-img can convert a
+ * qcow2 onto a device; below it conversions abort. docs/safety.md says how it was measured.
+ */
+export const QEMU_IMG_MIN_MIB = 384;
 
 /**
  * Accepted so that a kernel command line written for IPA still boots, but not acted on: IPA waits for the
@@ -152,8 +159,13 @@ export function buildConfig(kernel: ReadonlyMap<string, string>, flags: Readonly
       md5Enabled: r.bool('ipa-md5-enabled', true),
       permittedFormats: r.list('ipa-permitted-image-formats', ['raw', 'qcow2']),
       disableDeepInspection: r.bool('ipa-disable-deep-image-inspection', false),
-      convertMemoryLimitMiB: r.num('ipa-image-convert-memory-limit', 2048, { integer: true, min: 64 }),
+      convertMemoryLimitMiB: r.num('ipa-image-convert-memory-limit', 2048, {
+        integer: true,
+        min: QEMU_IMG_MIN_MIB,
+        why: 'qemu-img cannot convert an image in less address space (MiB), see docs/safety.md',
+      }),
       bufferDir: r.str('ipa-image-buffer-dir', '/tmp'),
+      qcow2SpoolMiB: r.num('ina-qcow2-stream-spool', 64, { integer: true, min: 0 }),
     },
     erase: {
       randomPasses: r.num('ipa-erase-random-passes', 1, { integer: true, min: 0 }),

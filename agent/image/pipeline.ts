@@ -8,13 +8,12 @@
 // download and when the tap hashes. A buffered image then takes a second leg, buffer file ─▶ device sink.
 // transfer.ts owns every retry: an attempt here runs once and throws.
 import { createReadStream } from 'node:fs';
-import { rm } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
-import { errorText } from '../errors.ts';
+import { ImageWriteError, errorText } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { ProgressMeter } from '../progress.ts';
 import type { AgentServices } from '../services.ts';
-import { bufferBudget, bufferPath } from './buffer.ts';
+import { bufferBudget, bufferPath, cleanStaleBuffers, discardBuffer } from './buffer.ts';
 import { bufferChecksum, inspectBuffer, type InspectedBuffer } from './buffer-check.ts';
 import { expectedDigest, imageFileNames, parseChecksumFile, verifyDigest, type ExpectedDigest } from './checksum.ts';
 import { Dispatchers } from './dispatchers.ts';
@@ -26,6 +25,7 @@ import { BufferFileSink } from './sinks/buffer-file.ts';
 import { DecoderPipe } from './sinks/decoder-pipe.ts';
 import { DeviceTarget } from './sinks/device-target.ts';
 import { QemuImgSink } from './sinks/qemu-img.ts';
+import { Qcow2Sink, streamsQcow2 } from './sinks/qcow2.ts';
 import type { HeadFacts, Sink, SinkResult, SinkTarget } from './sinks/sink.ts';
 import { sniffCompression, type Compression } from './sniff.ts';
 import { Transfer, type OpenedImage } from './transfer.ts';
@@ -56,11 +56,17 @@ interface Route {
   sink(kind: Compression, leg: Leg): Promise<Sink> | Sink;
 }
 
-const ROUTES: Record<'stream' | 'buffer', Route> = {
+const ROUTES: Record<'stream' | 'qcow2' | 'buffer', Route> = {
   stream: {
     phase: 'stream',
     hashInline: () => true,
     sink: (kind, { target }) => (kind === 'none' ? BlockDeviceSink.open(target, { inspected: false }) : DecoderPipe.start(kind, target)),
+  },
+  // qcow2, plain or packed, through the streaming reader; what it cannot take goes the buffered route.
+  qcow2: {
+    phase: 'stream',
+    hashInline: () => true,
+    sink: (kind, { job, target }) => Qcow2Sink.open(kind, target, job.info.diskFormat, job.services.config.image),
   },
   buffer: {
     phase: 'download',
@@ -70,7 +76,7 @@ const ROUTES: Record<'stream' | 'buffer', Route> = {
 };
 
 /** Downloads, verifies and writes the image onto the device; returns how it went there. */
-export async function writeImage(job: PipelineJob): Promise<{ path: 'stream' | 'buffer'; bytes: number }> {
+export async function writeImage(job: PipelineJob): Promise<{ path: keyof typeof ROUTES; bytes: number }> {
   const { config, log, clock } = job.services;
   const dispatchers = new Dispatchers({
     connectTimeoutMs: config.image.connectTimeoutS * 1000,
@@ -90,12 +96,24 @@ export async function writeImage(job: PipelineJob): Promise<{ path: 'stream' | '
     clock,
     cancel: job.signal,
   });
-  const path = job.info.streamRaw && job.info.diskFormat === 'raw' ? 'stream' : 'buffer';
+  let path: keyof typeof ROUTES = job.info.streamRaw && job.info.diskFormat === 'raw' ? 'stream' : streamsQcow2(job.info, config.image) ? 'qcow2' : 'buffer';
   try {
     if (job.info.checksum.isUrl) job.meter.start('checksum', null);
     const expected = await expectedChecksum(job.info, transfer, config.image.md5Enabled);
-    const once = path === 'stream' ? streamOnce : bufferOnce;
-    return { path, bytes: await transfer.run(() => once(job, transfer, expected)) };
+    const bytes = await transfer.run(async () => {
+      if (path === 'buffer') return bufferOnce(job, transfer, expected);
+      try {
+        return await streamOnce(job, transfer, expected, ROUTES[path]);
+      } catch (err) {
+        if (!(err instanceof ImageWriteError && err.needsBuffer) || job.signal?.aborted) throw err;
+        // Not a failed attempt: the image is sound, only laid out so that this route cannot take it.
+        log.warn({ reason: err.details }, 'the image cannot be streamed; downloading it again into the buffer');
+        job.meter.remark({ fallback: `streaming stopped: ${err.details}; buffered instead` });
+        path = 'buffer';
+        return bufferOnce(job, transfer, expected);
+      }
+    });
+    return { path, bytes };
   } finally {
     await dispatchers.close();
   }
@@ -175,16 +193,16 @@ async function pour(image: OpenedImage, route: Route, leg: Leg, hash: HashWorker
   }, cancelOption(leg.job));
 }
 
-async function streamOnce(job: PipelineJob, transfer: Transfer, expected: ExpectedDigest): Promise<number> {
+async function streamOnce(job: PipelineJob, transfer: Transfer, expected: ExpectedDigest, route: Route): Promise<number> {
   const { info, device, meter } = job;
   const { guard, log } = job.services;
   const leg: Leg = { job, target: new DeviceTarget(device, guard, log) };
   // The phase includes the request, so that its logged duration is the whole transfer.
-  meter.start(ROUTES.stream.phase, null);
+  meter.start(route.phase, null);
   const image = await transfer.open(info.urls);
   meter.setTotal(image.totalBytes ?? null);
   const { result, compression } = await withHashWorker(expected.algo, (hash) =>
-    pour(image, ROUTES.stream, leg, hash, async () => verifyDigest(expected, await hash.digest(), info.id, image.url)),
+    pour(image, route, leg, hash, async () => verifyDigest(expected, await hash.digest(), info.id, image.url)),
   );
   log.info({ bytes: result.bytes, compression, device: device.path, checksum: expected.algo }, 'image streamed and verified');
   meter.start('table', null);
@@ -196,8 +214,9 @@ async function bufferOnce(job: PipelineJob, transfer: Transfer, expected: Expect
   const { info, device, meter } = job;
   const { config, guard, log } = job.services;
   meter.start(ROUTES.buffer.phase, null);
+  await cleanStaleBuffers(config.image.bufferDir, log);
   const image = await transfer.open(info.urls);
-  let budget;
+  let budget: Awaited<ReturnType<typeof bufferBudget>>;
   try {
     budget = await bufferBudget(config.image.bufferDir, image.totalBytes);
   } catch (err) {
@@ -225,7 +244,7 @@ async function bufferOnce(job: PipelineJob, transfer: Transfer, expected: Expect
       return found.virtualSize;
     });
   } finally {
-    await rm(file, { force: true });
+    await discardBuffer(file);
   }
 }
 

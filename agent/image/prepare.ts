@@ -4,6 +4,7 @@
 import type { AgentServices } from '../services.ts';
 import type { CommandContext } from '../commands/types.ts';
 import { prepareConfigDrive, writeConfigDrivePartition, type ConfigDriveImage } from '../configdrive/prepare.ts';
+import { configDriveRoomCheck } from '../configdrive/room.ts';
 import { readPartitionUuids } from '../disk/partition-uuids.ts';
 import { chooseRootDevice } from '../disk/root-device.ts';
 import { DeploymentError, errorText } from '../errors.ts';
@@ -82,7 +83,9 @@ async function deployImage(ctx: CommandContext, req: PrepareRequest, services: C
     checksum: { field: checksum.field, algo: checksum.algo ?? null, value: checksum.isUrl ? shownUrl(checksum.value) : checksum.value },
   }, 'image requested');
   const { signal } = ctx;
-  const written = await writeImage({ services, info, device, meter, signal });
+  // Whether the config drive will fit is known from the image's partition table: refused before the disk changes.
+  const target = drive ? { ...device, precheck: configDriveRoomCheck(device, drive) } : device;
+  const written = await writeImage({ services, info, device: target, meter, signal });
   log.info({ device: device.path, path: written.path, bytes: written.bytes }, 'image written');
 
   let uuids: Record<string, string>;

@@ -84,7 +84,7 @@ export async function fakeFirmware(opts: { entries: FakeBootEntry[]; pstore?: st
     await put(`Boot${e.num}`, loadOption(e.label, e.loader ? [hd(1), file(e.loader)] : [pciRoot()]));
   }
   const order = Buffer.alloc(2 * opts.entries.length);
-  opts.entries.forEach((e, i) => order.writeUInt16LE(parseInt(e.num, 16), 2 * i));
+  for (const [i, e] of opts.entries.entries()) order.writeUInt16LE(parseInt(e.num, 16), 2 * i);
   await put('BootOrder', order);
   return {
     root,

@@ -1,7 +1,6 @@
 // clean: the in-band cleaning steps the conductor runs between deployments. The step list and the
 // hardware-manager version come from disk/hardware-manager.ts; the steps erase every managed disk.
 import { isObject, optObject, reqObject } from '../params.ts';
-import type { AgentServices } from '../../services.ts';
 import { command, type CommandContext, type Extension } from '../types.ts';
 import { BlockDeviceEraseError, CleaningError, errorText, InvalidCommandParamsError } from '../../errors.ts';
 import type { BlockDevice } from '../../disk/block-devices.ts';

@@ -1,0 +1,235 @@
+// The reader's positional writes onto a device, with O_DIRECT as sinks/block-writer.ts writes raw images (the
+// same reasons: no page-cache copy, the disk kept busy). Writes that continue one another are gathered into
+// 1 MiB page-aligned blocks, up to four in flight. O_DIRECT needs 4 KiB alignment on a 4K-sector disk;
+// pieces of a 4 KiB block (512-byte clusters, odd virtual sizes) are gathered in memory until the block is
+// whole, and whatever is still partial at the end (the image's last bytes) goes through the page cache.
+// Long runs of zeros (unallocated and zero clusters) are zeroed by the device itself, as qemu-img does onto a
+// host device: BLKZEROOUT (`blkdiscard --zeroout`), which the kernel turns into WRITE ZEROES or, on a disk
+// without it, writes from its own zero page. The agent then neither copies nor sends those bytes.
+import { constants } from 'node:fs';
+import { open, type FileHandle } from 'node:fs/promises';
+import { ImageWriteError, errorText } from '../../errors.ts';
+import { run } from '../../exec.ts';
+import type { Logger } from '../../log.ts';
+import type { DeviceGuard } from '../../safety/device-guard.ts';
+import type { WriteTarget } from './reader.ts';
+
+const MiB = 1024 * 1024;
+const BLOCK = 1 * MiB;
+const DEPTH = 4;
+const ALIGN = 4096;
+/** Zero runs at least this long go to the device's zeroing; shorter ones are not worth a tool's start. */
+const ZEROOUT_MIN = 4 * MiB;
+
+declare const WebAssembly: { Memory: new (descriptor: { initial: number }) => { buffer: ArrayBuffer } };
+
+interface Partial {
+  bytes: Buffer;
+  spans: [number, number][];
+  filled: number;
+}
+
+export class PositionalWriter implements WriteTarget {
+  private readonly blocks: Buffer[];
+  /** An aligned 4 KiB block for partial blocks once they are whole. */
+  private readonly single: Buffer;
+  private singleWrite: Promise<void> = Promise.resolve();
+  private readonly inFlight: Promise<void>[] = [];
+  private slot = 0;
+  private runStart = -1;
+  private fill = 0;
+  private failure: Error | null = null;
+  private readonly partials = new Map<number, Partial>();
+  private closed = false;
+  /** Cleared when the device refused to zero a range: zeros are written from memory from then on. */
+  private zeroout = true;
+  private zeroing: Promise<unknown> = Promise.resolve();
+
+  private constructor(
+    private readonly fh: FileHandle,
+    private readonly path: string,
+    /** Nothing is written at or past this offset (the image's virtual size). */
+    private readonly limit: number,
+    private readonly log: Logger,
+  ) {
+    const memory = new WebAssembly.Memory({ initial: (DEPTH * BLOCK) / 65536 + 1 });
+    this.blocks = Array.from({ length: DEPTH }, (_, i) => Buffer.from(memory.buffer, i * BLOCK, BLOCK));
+    this.single = Buffer.from(memory.buffer, DEPTH * BLOCK, ALIGN);
+    this.inFlight = new Array(DEPTH).fill(Promise.resolve());
+  }
+
+  static async open(path: string, limit: number, guard: DeviceGuard, log: Logger): Promise<PositionalWriter> {
+    await guard.assertWritable(path, 'write an image to');
+    try {
+      return new PositionalWriter(await open(path, constants.O_RDWR | constants.O_DIRECT), path, limit, log);
+    } catch (err) {
+      throw new ImageWriteError(`cannot open ${path} for writing with direct I/O (O_DIRECT): ${errorText(err)}`);
+    }
+  }
+
+  async write(offset: number, data: Buffer): Promise<void> {
+    this.bounds(offset, data.length);
+    await this.put(offset, data.length, (block, at, from, n) => data.copy(block, at, from, from + n));
+  }
+
+  async zero(offset: number, length: number): Promise<void> {
+    this.bounds(offset, length);
+    const fill = (block: Buffer, at: number, _from: number, n: number) => void block.fill(0, at, at + n);
+    const start = Math.ceil(offset / ALIGN) * ALIGN;
+    const end = Math.floor((offset + length) / ALIGN) * ALIGN;
+    if (!this.zeroout || end - start < ZEROOUT_MIN) {
+      await this.put(offset, length, fill);
+      return;
+    }
+    await this.put(offset, start - offset, fill);
+    if (!(await this.zeroOut(start, end - start))) await this.put(start, end - start, fill);
+    await this.put(end, offset + length - end, fill);
+  }
+
+  /**
+   * Has the device zero `length` bytes at `start` (4 KiB-aligned); false when it cannot, so that the caller
+   * writes them. Writes in flight cover other ranges: each guest byte is placed once.
+   */
+  private async zeroOut(start: number, length: number): Promise<boolean> {
+    const done = run('blkdiscard', ['--zeroout', '--offset', String(start), '--length', String(length), this.path], { timeoutMs: 0 });
+    this.zeroing = done.catch(() => undefined);
+    try {
+      await done;
+      return true;
+    } catch (err) {
+      this.log.warn({ device: this.path, err: errorText(err) }, 'the device would not zero a range itself; writing the zeros instead');
+      this.zeroout = false;
+      return false;
+    }
+  }
+
+  private bounds(offset: number, length: number): void {
+    if (offset < 0 || offset + length > this.limit) {
+      throw new ImageWriteError(`refusing to write ${length} bytes at ${offset}, outside the image's ${this.limit} bytes`);
+    }
+  }
+
+  /** Places `length` bytes at `offset`; `copy` fills part of a block from the source. */
+  private async put(offset: number, length: number, copy: (block: Buffer, at: number, from: number, n: number) => void): Promise<void> {
+    let done = 0;
+    while (done < length) {
+      if (this.failure) throw this.failure;
+      const at = offset + done;
+      if (this.runStart >= 0 && at === this.runStart + this.fill) {
+        if (this.fill === 0) await this.inFlight[this.slot];
+        const n = Math.min(BLOCK - this.fill, length - done);
+        copy(this.blocks[this.slot]!, this.fill, done, n);
+        this.fill += n;
+        done += n;
+        if (this.fill === BLOCK) this.submit(BLOCK, at + n);
+        continue;
+      }
+      await this.endRun();
+      if (at % ALIGN !== 0 || length - done < ALIGN) {
+        // A piece of one 4 KiB block.
+        const n = Math.min(ALIGN - (at % ALIGN), length - done);
+        const scratch = Buffer.alloc(n);
+        copy(scratch, 0, done, n);
+        await this.partial(at, scratch);
+        done += n;
+        continue;
+      }
+      this.runStart = at;
+      this.fill = 0;
+    }
+  }
+
+  /** Starts writing the current block's first `length` bytes; the next run (if any) starts at `next`. */
+  private submit(length: number, next: number): void {
+    const block = this.blocks[this.slot]!;
+    const position = this.runStart;
+    const slot = this.slot;
+    this.inFlight[slot] = this.pwrite(block, length, position).catch((err: Error) => {
+      this.failure ??= err;
+    });
+    this.slot = (slot + 1) % DEPTH;
+    this.runStart = next;
+    this.fill = 0;
+  }
+
+  /** Ends the current run: its aligned part is written, a shorter tail is kept as a partial block. */
+  private async endRun(): Promise<void> {
+    if (this.runStart < 0) return;
+    const start = this.runStart;
+    const fill = this.fill;
+    const aligned = fill - (fill % ALIGN);
+    const tail = fill > aligned ? Buffer.from(this.blocks[this.slot]!.subarray(aligned, fill)) : null;
+    if (aligned > 0) this.submit(aligned, -1);
+    this.runStart = -1;
+    this.fill = 0;
+    if (tail) await this.partial(start + aligned, tail);
+  }
+
+  private async partial(at: number, bytes: Buffer): Promise<void> {
+    const base = at - (at % ALIGN);
+    let p = this.partials.get(base);
+    if (!p) {
+      p = { bytes: Buffer.alloc(ALIGN), spans: [], filled: 0 };
+      this.partials.set(base, p);
+    }
+    bytes.copy(p.bytes, at - base);
+    p.spans.push([at - base, at - base + bytes.length]);
+    p.filled += bytes.length;
+    if (p.filled < ALIGN) return;
+    this.partials.delete(base);
+    await this.singleWrite;
+    if (this.failure) throw this.failure;
+    p.bytes.copy(this.single);
+    this.singleWrite = this.pwrite(this.single, ALIGN, base).catch((err: Error) => {
+      this.failure ??= err;
+    });
+  }
+
+  private async pwrite(block: Buffer, length: number, position: number): Promise<void> {
+    let done = 0;
+    try {
+      while (done < length) {
+        const { bytesWritten } = await this.fh.write(block, done, length - done, position + done);
+        if (bytesWritten === 0) throw new Error('no space left (the write made no progress)');
+        done += bytesWritten;
+      }
+    } catch (err) {
+      throw new ImageWriteError(`writing ${this.path} at byte ${position + done} failed: ${errorText(err)}`);
+    }
+  }
+
+  /** Writes what is still gathered and makes everything durable. */
+  async finish(): Promise<void> {
+    await this.endRun();
+    await Promise.all([...this.inFlight, this.singleWrite]);
+    if (this.failure) throw this.failure;
+    if (this.partials.size > 0) {
+      let fh: FileHandle | undefined;
+      try {
+        fh = await open(this.path, constants.O_RDWR);
+        for (const [base, p] of this.partials) {
+          for (const [s, e] of p.spans) await fh.write(p.bytes, s, e - s, base + s);
+        }
+        await fh.datasync();
+      } catch (err) {
+        throw new ImageWriteError(`writing the last bytes of ${this.path} failed: ${errorText(err)}`);
+      } finally {
+        await fh?.close().catch(() => undefined);
+      }
+      this.partials.clear();
+    }
+    try {
+      await this.fh.datasync();
+    } catch (err) {
+      throw new ImageWriteError(`syncing ${this.path} failed: ${errorText(err)}`);
+    }
+  }
+
+  /** Waits for every write in flight and closes the device; idempotent. */
+  async release(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.all([...this.inFlight, this.singleWrite, this.zeroing]);
+    await this.fh.close().catch(() => undefined);
+  }
+}
