@@ -4,13 +4,23 @@
 // from a static `agent_burnin_fio_network_config` (IPA's dynamic pairing needs tooz, which is not here).
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CleaningError, CommandExecutionError, ToolError, errorText } from '../errors.ts';
-import { run } from '../exec.ts';
+import { hasTool, run } from '../exec.ts';
 import type { CommandContext } from '../commands/types.ts';
 import { cleaningTargets } from '../disk/clean-targets.ts';
 import { boolSetting, intSetting, objectSetting, optPath } from './settings.ts';
 
 /** fio's net engine port, as IPA's. */
 export const NETWORK_PORT = 9000;
+/**
+ * fio is optional: Debian's build links Ceph, GlusterFS and RDMA libraries (about 63 MiB more in the ramdisk), so
+ * the default ramdisk leaves it out (docs/ironic-compat.md) and these steps fail saying so, before touching anything.
+ */
+async function requireFio(what: string): Promise<void> {
+  if (!(await hasTool('fio'))) {
+    throw new CommandExecutionError(`fio (${what}) failed with error: fio is not in this ramdisk (add it to image-build/files.txt to run ${what} burn-in)`);
+  }
+}
+
 /** How long a reader keeps knocking while its partner's writer is not listening yet. */
 const READER_WAIT_MS = 300_000;
 const READER_RETRY_MS = 2_000;
@@ -43,6 +53,7 @@ export async function fioDisk(ctx: CommandContext, info: Record<string, unknown>
     ctx.log.info('burn-in (disk): no disk to exercise');
     return null;
   }
+  await requireFio('disk');
   ctx.log.info({ disks: targets.map((d) => d.path), args }, 'burn-in (disk): fio');
   try {
     await run('fio', args, { log: ctx.log, timeoutMs: 0, signal: ctx.signal });
@@ -106,6 +117,7 @@ async function oneDirection(ctx: CommandContext, plan: NetworkPlan, writer: bool
 
 export async function fioNetwork(ctx: CommandContext, info: Record<string, unknown>): Promise<null> {
   const plan = networkPlan(info);
+  await requireFio('network');
   ctx.log.info({ plan }, `burn-in (network): ${plan.role} with ${plan.partner} for ${plan.runtimeS} s each way`);
   await oneDirection(ctx, plan, plan.role === 'writer');
   ctx.log.info('burn-in (network): first direction done, swapping roles');
