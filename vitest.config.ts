@@ -6,6 +6,7 @@ import { defineConfig } from 'vitest/config';
  */
 const DEVICE = [
   'test/agent-crash-restart.test.ts',
+  'test/burnin.test.ts',
   'test/deploy-steps.test.ts',
   'test/device-guard.test.ts',
   'test/disk-bootloader.test.ts',
@@ -22,10 +23,14 @@ const DEVICE = [
   'test/image-faults.test.ts',
   'test/image-refusals.test.ts',
   'test/inspect-lldp.test.ts',
+  'test/robust-body-limit.test.ts',
+  'test/robust-buffers.test.ts',
   'test/qcow2-device.test.ts',
   'test/qcow2-hostile.test.ts',
   'test/robust-cancel.test.ts',
+  'test/robust-configdrive-room.test.ts',
   'test/robust-kill.test.ts',
+  'test/robust-prechecks.test.ts',
 ];
 const ELSEWHERE = ['test/ironic/**', 'test/e2e/**', 'test/fullloop/**', 'node_modules/**'];
 

@@ -12,6 +12,8 @@ export interface RunOptions {
   okCodes?: number[];
   env?: Record<string, string>;
   log?: Logger;
+  /** Stops the tool (SIGTERM) when aborted: long tools (burn-in) end with their command. */
+  signal?: AbortSignal;
 }
 
 export interface RunResult {
@@ -49,6 +51,7 @@ export async function run(file: string, args: readonly string[], opts: RunOption
     timeout: opts.timeoutMs ?? 300_000,
     reject: false,
     env: opts.env,
+    ...(opts.signal ? { cancelSignal: opts.signal } : {}),
     stripFinalNewline: true,
     encoding: 'utf8',
   });
@@ -56,6 +59,8 @@ export async function run(file: string, args: readonly string[], opts: RunOption
   if (result.failed && (result.exitCode === undefined || !(opts.okCodes ?? []).includes(exitCode))) {
     const why = result.timedOut
       ? 'timed out'
+      : result.isCanceled
+        ? 'cancelled'
       : (result.cause as NodeJS.ErrnoException | undefined)?.code === 'ENOENT' || notExecuted(result.exitCode, String(result.stderr ?? ''))
         ? 'not installed'
         : `exit code ${exitCode}`;

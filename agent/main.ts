@@ -10,6 +10,7 @@ import { createLogger, flushLogsSync, type Logger } from './log.ts';
 import { installLastWords, previousCrash, restartLine } from './last-words.ts';
 import { mirrorStatus, statusDocument, writeStatusSync } from './status-file.ts';
 import { inspectWithoutConductor } from './inspect/without-conductor.ts';
+import { cleanStaleBuffers } from './image/buffer.ts';
 
 function readConfig(): Config {
   try {
@@ -57,6 +58,8 @@ async function main(): Promise<void> {
     }
     mirrorStatus(config.statusFile, state, agent.executor);
   }
+  // A previous run killed mid-deploy may have left an image buffer (RAM, on the ramdisk).
+  await cleanStaleBuffers(config.image.bufferDir, log);
 
   if (config.standalone) {
     const server = await agent.listen();

@@ -52,7 +52,7 @@ export function mirrorStatus(path: string, state: AgentState, executor: CommandE
   };
   // Progress reports can arrive many times a second; the console redraws about once a second anyway.
   const schedule = () => {
-    pending ??= setTimeout(write, 250);
+    if (pending === undefined) pending = setTimeout(write, 250);
   };
   state.on('change', schedule);
   executor.on('change', schedule);

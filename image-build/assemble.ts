@@ -34,7 +34,7 @@ const listLines = (file: string) =>
   readFileSync(join(here, file), 'utf8').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
 
 /** The merged-/usr path a package file lands on. */
-const merged = (rel: string) => '/' + rel.replace(/^\/+/, '').replace(/^(bin|sbin|lib|lib64)\//, 'usr/$1/');
+const merged = (rel: string) => `/${rel.replace(/^\/+/, '').replace(/^(bin|sbin|lib|lib64)\//, 'usr/$1/')}`;
 
 const fs = new Rootfs();
 for (const d of ['/usr/bin', '/usr/sbin', '/usr/lib/x86_64-linux-gnu', '/usr/lib64', '/etc/ina', '/dev', '/proc', '/sys', '/run', '/root', '/var/log']) fs.dir(d);
@@ -121,9 +121,9 @@ const moduleList = listLines('modules.txt').map((l) => l.split(/\s+/) as [string
 const mods = resolveModules(moduleDir, moduleList.map(([name]) => name));
 const atBoot = moduleList.filter(([, when]) => when === 'boot').map(([name]) => name);
 for (const m of mods) fs.file(`/usr/lib/modules/${kver}/${m.path}`, join(moduleDir, m.path), kernelPkg.name);
-fs.data(`/usr/lib/modules/${kver}/modules.dep`, mods.map((m) => `${m.path}: ${m.deps.join(' ')}`.trimEnd() + '\n').sort().join(''), kernelPkg.name);
-fs.data(`/usr/lib/modules/${kver}/modules.alias`, aliasLines(moduleDir, mods.map((m) => m.path)).sort().map((l) => l + '\n').join(''), kernelPkg.name);
-fs.data('/etc/ina/modules', atBoot.map((n) => n + '\n').join(''), 'ironic-node-agent');
+fs.data(`/usr/lib/modules/${kver}/modules.dep`, mods.map((m) => `${`${m.path}: ${m.deps.join(' ')}`.trimEnd()}\n`).sort().join(''), kernelPkg.name);
+fs.data(`/usr/lib/modules/${kver}/modules.alias`, aliasLines(moduleDir, mods.map((m) => m.path)).sort().map((l) => `${l}\n`).join(''), kernelPkg.name);
+fs.data('/etc/ina/modules', atBoot.map((n) => `${n}\n`).join(''), 'ironic-node-agent');
 
 // Our own files: /init, the udhcpc hook, the supervisor scripts, passwd and friends.
 const own = join(here, 'rootfs');
@@ -157,5 +157,5 @@ const manifest = {
     .map(([origin, s]) => ({ name: origin, version: versions.get(origin) ?? pkgs.get(origin)?.version ?? null, files: s.files, bytes: s.bytes }))
     .sort((a, b) => b.bytes - a.bytes || a.name.localeCompare(b.name)),
 };
-writeFileSync(join(outDir, 'manifest.json'), JSON.stringify(manifest, null, 2) + '\n');
-process.stdout.write(JSON.stringify({ sha256: manifest.initramfs.sha256, bytes: manifest.initramfs.bytes, uncompressed: rawBytes }) + '\n');
+writeFileSync(join(outDir, 'manifest.json'), `${JSON.stringify(manifest, null, 2)}\n`);
+process.stdout.write(`${JSON.stringify({ sha256: manifest.initramfs.sha256, bytes: manifest.initramfs.bytes, uncompressed: rawBytes })}\n`);

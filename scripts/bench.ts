@@ -100,7 +100,7 @@ async function baseline(...steps: string[]): Promise<Run> {
   const lines = stdout.trim().split('\n');
   const cpuSeconds = [...lines.at(-1)!.matchAll(/(\d+)m([\d.]+)s/g)].reduce((sum, m) => sum + Number(m[1]) * 60 + Number(m[2]), 0);
   const phases = new Map<string, number>();
-  lines.filter((l) => l.startsWith('step ')).forEach((l, i) => phases.set(steps[i]!.split(' ')[0]!, Number(l.slice(5)) / 1e9));
+  for (const [i, l] of lines.filter((x) => x.startsWith('step ')).entries()) phases.set(steps[i]!.split(' ')[0]!, Number(l.slice(5)) / 1e9);
   return { seconds, cpuSeconds, phases };
 }
 

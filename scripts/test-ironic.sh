@@ -20,7 +20,8 @@ ancestor_holds_lock() {
   p=$$
   while [ "$p" -gt 1 ]; do
     grep -qx "$p" <<<"$holders" && return 0
-    p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null) || return 1
+    # the parent from status, not stat: a command name with spaces ("(npm run test:ir)") shifts stat's fields
+    p=$(awk '/^PPid:/{print $2}' "/proc/$p/status" 2>/dev/null) || return 1
   done
   return 1
 }

@@ -107,7 +107,7 @@ describe('heartbeat schedule', () => {
     const hb0 = fake.heartbeats[0]!;
     expect(hb0.headers['x-openstack-ironic-api-version']).toBe('1.68');
     expect(hb0.headers['content-type']).toBe('application/json');
-    expect(hb0.rawBody).toBe('{"callback_url":"http://127.0.0.1:9999","agent_token":"' + 't'.repeat(43) + '","agent_version":"0.1.0"}');
+    expect(hb0.rawBody).toBe(`{"callback_url":"http://127.0.0.1:9999","agent_token":"${'t'.repeat(43)}","agent_version":"0.1.0"}`);
   });
 
   it('uses exactly the ends of the range for random 0 and 1', async () => {

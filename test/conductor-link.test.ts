@@ -275,7 +275,7 @@ describe('conductor link', () => {
     const fake = await conductor({ nodes: [{ macs }] });
     const [node] = [...fake.nodes.values()];
     const { link, agent, fatal } = linked(fake.url);
-    const client = await linkAndRunOneCommand(fake, link, node!.uuid);
+    await linkAndRunOneCommand(fake, link, node!.uuid);
     const before = { ...node!.internal, port: link.server!.port };
     const oldServer = link.server!;
 

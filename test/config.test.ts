@@ -47,6 +47,11 @@ describe('configuration', () => {
     expect(() => build('', ['--standalone', '--ipa-tls-min-version=1.1'])).toThrow(/expected one of 1.2, 1.3/);
     expect(() => build('', ['--standalone', '--device-allowlist=sda'])).toThrow(/expected \/dev\/\.\.\. paths/);
     expect(() => build('', ['--standalone', '--no-such-flag=1'])).toThrow('unknown flag --no-such-flag');
+    // A limit no conversion can work under is refused at start, not discovered at the first qcow2 deploy.
+    expect(() => build('ipa-image-convert-memory-limit=256', ['--standalone'])).toThrow(
+      'kernel parameter ipa-image-convert-memory-limit="256": must be at least 384: qemu-img cannot convert an image in less address space (MiB), see docs/safety.md',
+    );
+    expect(build('ipa-image-convert-memory-limit=384', ['--standalone']).image.convertMemoryLimitMiB).toBe(384);
     expect(() => build('')).toThrow(/no conductor/);
     expect(() => parseFlags(['stray'])).toThrow(/unexpected argument "stray"/);
   });

@@ -24,7 +24,7 @@ describe('console inputs', () => {
 
   it('tails the last lines of a log, dropping a partial first line when it reads only the end', async () => {
     const path = join(dir, 'agent.log');
-    writeFileSync(path, Array.from({ length: 1000 }, (_, i) => `line-${i}`).join('\n') + '\n');
+    writeFileSync(path, `${Array.from({ length: 1000 }, (_, i) => `line-${i}`).join('\n')}\n`);
     expect(await tailLines(path, 3)).toEqual(['line-997', 'line-998', 'line-999']);
     const small = await tailLines(path, 1000, 100);
     expect(small.at(-1)).toBe('line-999');

@@ -81,7 +81,7 @@ describe('renderStatus', () => {
     const log = Array.from({ length: 40 }, (_, i) => JSON.stringify({ level: 30, time: NOW * 1000, msg: `line ${i}` }));
     const lines = renderStatus(input({ logLines: log }), SIZE);
     expect(lines).toHaveLength(24);
-    expect(lines.at(-2)).toMatch(/INFO  line 39$/);
+    expect(lines.at(-2)).toMatch(/INFO {2}line 39$/);
     expect(lines.join('\n')).not.toContain('line 0\n');
   });
 

@@ -55,7 +55,7 @@ async function fill(dev: LoopDevice, byte: number): Promise<void> {
 }
 
 describe('clean extension', () => {
-  it('lists erase_devices_metadata (99), erase_devices (10) and erase_devices_express (0) under the generic hardware manager', async () => {
+  it('lists erase_devices_metadata (99), erase_devices (10) and the manual steps (0) under the generic hardware manager', async () => {
     await withAgent([], {}, async (c) => {
       const r = await c.command('clean.get_clean_steps', { node: node(), ports: [] }, { wait: true });
       expect(r.command_status).toBe('SUCCEEDED');
@@ -65,6 +65,13 @@ describe('clean extension', () => {
             { step: 'erase_devices', priority: 10, interface: 'deploy', reboot_requested: false, abortable: true },
             { step: 'erase_devices_metadata', priority: 99, interface: 'deploy', reboot_requested: false, abortable: true },
             { step: 'erase_devices_express', priority: 0, interface: 'deploy', reboot_requested: false, abortable: true },
+            { step: 'erase_pstore', priority: 0, interface: 'deploy', reboot_requested: false, abortable: true },
+            {
+              step: 'clean_uefi_nvram', priority: 0, interface: 'deploy', reboot_requested: false, abortable: true,
+              argsinfo: { match_patterns: { description: expect.stringMatching(/regular expressions/), required: false } },
+            },
+            ...['burnin_cpu', 'burnin_disk', 'burnin_memory', 'burnin_network'].map((name) =>
+              ({ step: name, priority: 0, interface: 'deploy', reboot_requested: false, abortable: true })),
           ],
         },
         hardware_manager_version: { generic_hardware_manager: '1.2' },
@@ -208,7 +215,7 @@ describe('clean extension', () => {
 
   it('fails an unknown step with CleaningError, and rejects a step without a name as HTTP 400', async () => {
     await withAgent([], {}, async (c) => {
-      const r = await c.command('clean.execute_clean_step', { step: { step: 'burnin_cpu', interface: 'deploy' }, node: node(), ports: [] }, { poll: true });
+      const r = await c.command('clean.execute_clean_step', { step: { step: 'burnin_gpu', interface: 'deploy' }, node: node(), ports: [] }, { poll: true });
       expect(r.command_status).toBe('FAILED');
       expect((r.command_error as { type: string }).type).toBe('CleaningError');
       await expect(c.command('clean.execute_clean_step', { step: { interface: 'deploy' } })).rejects.toThrow(/400.*Malformed clean_step/);

@@ -45,7 +45,7 @@ async function expectWritten(img: DiskImage): Promise<void> {
   }
 }
 
-async function deploy(img: DiskImage, file: string, imageInfo: Record<string, unknown>, log?: LogRing, flags: Record<string, string> = {}) {
+async function deploy(_img: DiskImage, file: string, imageInfo: Record<string, unknown>, log?: LogRing, flags: Record<string, string> = {}) {
   const name = `${Math.random().toString(16).slice(2)}-${file.split('/').pop()}`;
   const url = await server.serveFile(name, file);
   const digest = createHash('sha256').update(await readFile(file)).digest('hex');

@@ -115,6 +115,7 @@ describe('image download faults', () => {
     const s = await server(options);
     // Other bytes: a splice of the two versions would fail the checksum.
     const url = s.serve('img', Buffer.alloc(image.length + extra, 0x5a));
+    // biome-ignore lint/suspicious/noThenProperty: the fault's follow-up action, not a thenable
     s.fault('img', { kind: 'close-after', bytes: 1 * MiB, then: () => s.serve('img', image, { sameValidators }) });
     const r = await deploy([url]);
     expect(r.command_error).toBeNull();

@@ -31,6 +31,12 @@ describe('parseImageInfo', () => {
     [{ ...base, os_hash_algo: 'whirlpool', os_hash_value: H64 }, /Unsupported os_hash_algo 'whirlpool'/],
     [{ ...base, urls: ['ftp://h/x'], checksum: H64 }, /only http and https/],
     [{ ...base, checksum: H64, proxies: 'x' }, "image_info 'proxies' must be an object"],
+    // A digest that cannot match its algorithm is refused before anything is downloaded or cleared.
+    [{ ...base, os_hash_algo: 'sha256', os_hash_value: 'a'.repeat(63) }, /^image_info 'os_hash_value' is not a sha256 digest \(64 hex characters\)/],
+    [{ ...base, os_hash_algo: 'sha512', os_hash_value: H64 }, /^image_info 'os_hash_value' is not a sha512 digest \(128 hex characters\)/],
+    [{ ...base, os_hash_algo: 'sha256', os_hash_value: 'g'.repeat(64) }, /is not a sha256 digest/],
+    [{ ...base, checksum: 'a'.repeat(40) }, /^image_info 'checksum' is not an md5, sha256 or sha512 digest/],
+    [{ ...base, checksum: 'not-a-digest' }, /^image_info 'checksum' is not an md5, sha256 or sha512 digest/],
   ])('refuses %j', (info, message) => {
     expect(() => parseImageInfo(info, md5On)).toThrow(expect.objectContaining({ name: 'InvalidCommandParamsError', details: message instanceof RegExp ? expect.stringMatching(message) : message }));
   });
@@ -70,7 +76,7 @@ describe('parseImageInfo', () => {
       noProxy: '.local',
       imageType: 'whole-disk',
     });
-    expect(parseImageInfo({ ...base, checksum: 'x', image_server_auth_strategy: 'http_basic', image_server_user: 'u', image_server_password: 'p' }, md5On).authorization).toBe(
+    expect(parseImageInfo({ ...base, checksum: 'a'.repeat(32), image_server_auth_strategy: 'http_basic', image_server_user: 'u', image_server_password: 'p' }, md5On).authorization).toBe(
       `Basic ${Buffer.from('u:p').toString('base64')}`,
     );
   });
@@ -182,7 +188,7 @@ describe('inspectImage over real images', () => {
     const luks = Buffer.concat([Buffer.from([0x4c, 0x55, 0x4b, 0x53, 0xba, 0xbe, 0, 2]), Buffer.alloc(1024)]);
     expect(inspectImage(luks).format).toBe('luks');
     const iso = join(work.dir, 'x.iso');
-    await execa('genisoimage', ['-quiet', '-V', 'x', '-o', iso, work.dir + '/x.vdi']);
+    await execa('genisoimage', ['-quiet', '-V', 'x', '-o', iso, `${work.dir}/x.vdi`]);
     expect(inspectImage(await head(iso)).format).toBe('iso');
   });
 

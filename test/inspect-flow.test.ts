@@ -51,7 +51,10 @@ afterEach(async () => {
 function virtualClock(): Clock & { slept: number[] } {
   let t = 0;
   const slept: number[] = [];
-  return { slept, now: () => t, sleep: async (ms) => void (slept.push(ms), (t += ms)), timeout: () => new AbortController().signal };
+  return { slept, now: () => t, sleep: async (ms) => {
+    slept.push(ms);
+    t += ms;
+  }, timeout: () => new AbortController().signal };
 }
 
 function configFor(flags: Record<string, string>) {

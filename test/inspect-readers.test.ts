@@ -102,7 +102,7 @@ function nic(name: string, pci: string, mac: string, extra: Record<string, strin
     [`${dev}/net/${name}/carrier`]: '1\n',
     [`${dev}/net/${name}/type`]: `${extra.type ?? '1'}\n`,
     [`${dev}/net/${name}/speed`]: `${extra.speed ?? '10000'}\n`,
-    [`${dev}/net/${name}/device`]: { link: '../../../' + pci },
+    [`${dev}/net/${name}/device`]: { link: `../../../${pci}` },
     [`${dev}/vendor`]: `${extra.vendor ?? '0x8086'}\n`,
     [`${dev}/device`]: `${extra.device ?? '0x1572'}\n`,
     [`${dev}/driver`]: { link: `../../../bus/pci/drivers/${extra.driver ?? 'i40e'}` },

@@ -97,7 +97,7 @@ describe('rescue.finalize_rescue', () => {
   it('replaces the password of an existing rescue user without adding a second one', async () => {
     const root = await fakeRoot();
     await setRescuePassword(root, HASH);
-    const other = '$6$othersalt$' + 'a'.repeat(86);
+    const other = `$6$othersalt$${'a'.repeat(86)}`;
     await setRescuePassword(root, other);
     const shadow = await readFile(join(root, 'etc', 'shadow'), 'utf8');
     expect(shadow.match(/^rescue:/gm)).toHaveLength(1);
@@ -107,11 +107,12 @@ describe('rescue.finalize_rescue', () => {
 });
 
 describe('service.get_service_steps / execute_service_step', () => {
-  it('lists write_image and inject_files (priority 0) under GenericHardwareManager with the version', async () => {
+  it('lists the burn-ins but burnin_disk, write_image and inject_files (priority 0) under GenericHardwareManager with the version', async () => {
     const { a } = await agentWith();
     const r = await post(a, 'service.get_service_steps', { node: {}, ports: [] });
+    const steps = ['burnin_cpu', 'burnin_memory', 'burnin_network', 'write_image', 'inject_files'];
     expect(r.json.command_result).toEqual({
-      service_steps: { GenericHardwareManager: [expect.objectContaining({ step: 'write_image', priority: 0, interface: 'deploy' }), expect.objectContaining({ step: 'inject_files', priority: 0, interface: 'deploy' })] },
+      service_steps: { GenericHardwareManager: steps.map((step) => expect.objectContaining({ step, priority: 0, interface: 'deploy' })) },
       hardware_manager_version: { generic_hardware_manager: '1.2' },
     });
   });

@@ -33,7 +33,7 @@ class DripServer {
 
   static async start(data: Buffer): Promise<DripServer> {
     let self!: DripServer;
-    const server = createServer((req, res) => {
+    const server = createServer((_req, res) => {
       self.responses.add(res);
       res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': data.length });
       let at = 0;
@@ -158,7 +158,7 @@ describe('a forgotten command is cancelled', () => {
     await until(() => a.agent.executor.list().length === 0, 'the simulated power-off');
     // Busy until the forgotten deploy is gone; then the next one is accepted and owns the disk.
     const fastUrl = images.serve('fast.img', fastImage);
-    let second;
+    let second: Awaited<ReturnType<typeof runCommand>>;
     for (;;) {
       second = await runCommand(a.url, 'standby.prepare_image', { image_info: info('fast', fastUrl, fastImage) }, true);
       if (second.status !== 409) break;

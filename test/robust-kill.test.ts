@@ -123,6 +123,12 @@ describe('tools die with the agent', () => {
     await a.exited;
     await new Promise((r) => setTimeout(r, 300));
     expect(await alive([writer.pid, ...family])).toEqual([]);
+    // The killed deploy's buffer file is left behind; the next start deletes it.
+    const leaked = (await readdir(scratch)).filter((n) => n.startsWith('ina-image-'));
+    expect(leaked).toHaveLength(1);
+    agent = await startAgentChild(loop.path, { flags: { 'ipa-image-buffer-dir': scratch } });
+    expect((await readdir(scratch)).filter((n) => n.startsWith('ina-image-'))).toEqual([]);
+    expect(agent.output.join('\n')).toContain('deleted image buffers left by a deploy that did not finish');
   });
 
   it('SIGTERM during a write: the command is recorded as interrupted, its tools are gone, the disk is cleared', async () => {
@@ -143,5 +149,7 @@ describe('tools die with the agent', () => {
     const log = await readFile(join(scratch, 'agent.log'), 'utf8');
     expect(log).toMatch(/standby\.prepare_image interrupted by SIGTERM/);
     expect((await readDevice(loop.path, 0, MiB)).equals(Buffer.alloc(MiB))).toBe(true);
+    // The cancelled deploy took its buffer file with it.
+    expect((await readdir(scratch)).filter((n) => n.startsWith('ina-image-'))).toEqual([]);
   });
 });

@@ -6,6 +6,9 @@ import type { Logger } from '../log.ts';
 import type { AgentState } from '../state.ts';
 import { rootDocument, v1Document } from './documents.ts';
 import { FAULTS, fault, faultFromError, jsonResponse } from './envelope.ts';
+import { BodyTooLarge, withBody } from './body-limit.ts';
+import { MAX_REQUEST_DEPTH, nestedDeeperThan } from './json.ts';
+import { isObject } from '../parse.ts';
 import { requestLog } from './request-log.ts';
 import { tokenCheck, type TokenPolicy } from './token.ts';
 
@@ -63,6 +66,8 @@ function waitRequested(c: Context): boolean {
 
 export function createApp(deps: ApiDeps): Hono {
   const { executor, state } = deps;
+  /** Scopes the one-large-body-at-a-time turn to this app. */
+  const bodies = {};
 
   const listCommands: Handler = (c) => jsonResponse(c, { commands: executor.list() });
 
@@ -75,22 +80,25 @@ export function createApp(deps: ApiDeps): Hono {
   };
 
   const postCommand: Handler = async (c) => {
-    const text = await c.req.text();
-    let body: unknown;
+    let parsed: { body: unknown } | { fault: string };
     try {
-      body = JSON.parse(text);
+      parsed = await withBody(c, bodies, (text) => {
+        // JSON.parse itself copes, but whatever walks the value afterwards (validation, results, the writer) might not.
+        if (nestedDeeperThan(text, MAX_REQUEST_DEPTH)) return { fault: FAULTS.badJson(`nesting deeper than ${MAX_REQUEST_DEPTH} levels`) };
+        try {
+          return { body: JSON.parse(text) as unknown };
+        } catch (err) {
+          return { fault: FAULTS.badJson((err as Error).message) };
+        }
+      });
     } catch (err) {
-      return fault(c, 400, FAULTS.badJson((err as Error).message));
+      if (err instanceof BodyTooLarge) return fault(c, 413, FAULTS.tooLarge, { Connection: 'close' });
+      throw err;
     }
-    const b = body as { name?: unknown; params?: unknown } | null;
-    const params = b?.params;
-    if (
-      typeof b !== 'object' || b === null || Array.isArray(b) || typeof b.name !== 'string' ||
-      typeof params !== 'object' || params === null || Array.isArray(params)
-    ) {
-      return fault(c, 400, FAULTS.shape);
-    }
-    const record = await executor.submit(b.name, params as Record<string, unknown>);
+    if ('fault' in parsed) return fault(c, 400, parsed.fault);
+    const b = parsed.body;
+    if (!isObject(b) || typeof b.name !== 'string' || !isObject(b.params)) return fault(c, 400, FAULTS.shape);
+    const record = await executor.submit(b.name, b.params);
     if (waitRequested(c)) await record.done;
     return jsonResponse(c, record);
   };

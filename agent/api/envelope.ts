@@ -24,5 +24,6 @@ export const FAULTS = {
   notFound:
     '404 Not Found: The requested URL was not found on the server. If you entered the URL manually please check your spelling and try again.',
   method: '405 Method Not Allowed: The method is not allowed for the requested URL.',
+  tooLarge: '413 Request Entity Too Large: The data value transmitted exceeds the capacity limit.',
   badJson: (why: string) => `400 Bad Request: Failed to decode JSON object: ${why}`,
 } as const;

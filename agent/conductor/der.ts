@@ -59,6 +59,6 @@ export function ipBytes(ip: string): Buffer {
   const part = (s: string | undefined) => (s ? s.split(':') : []);
   const groups = tail === undefined ? part(head) : [...part(head), ...Array(8 - part(head).length - part(tail).length).fill('0'), ...part(tail)];
   const out = Buffer.alloc(16);
-  groups.forEach((g, i) => out.writeUInt16BE(parseInt(g, 16), i * 2));
+  for (const [i, g] of groups.entries()) out.writeUInt16BE(parseInt(g, 16), i * 2);
   return out;
 }

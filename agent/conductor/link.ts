@@ -186,7 +186,8 @@ export class ConductorLink {
     }
     const versions = new VersionCache(this.api, this.config.lookup.ironicApiVersion, this.log);
     this.state.update({ phase: 'finding conductor', conductorUrl: this.api.current });
-    const version = (boot.version = await versions.get(signal));
+    const version = await versions.get(signal);
+    boot.version = version;
     // A conductor that sends the token on every GET gets no unauthenticated GET, not even the first.
     this.state.conductorSendsGetToken = version >= V_TOKEN_ON_GET;
     this.state.update({ phase: 'waiting for network', conductorUrl: this.api.current });

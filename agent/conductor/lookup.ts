@@ -47,7 +47,7 @@ export function lookupPath(req: Pick<LookupRequest, 'macs' | 'nodeUuid'>): strin
 }
 
 async function attempt(req: LookupRequest, deps: LookupDeps): Promise<Attempt> {
-  let reply;
+  let reply: Awaited<ReturnType<typeof deps.api.send>>;
   try {
     reply = await deps.api.send('GET', lookupPath(req), {
       version: versionHeader(req.version, V_TOKEN),

@@ -73,6 +73,11 @@ export interface Config {
   simulatedRebootDelayS: number;
   /** Where rescue writes the rescue password and user: `/` in a ramdisk; outside one only if given. */
   rescueRoot?: string;
+  /**
+   * The root under which erase_pstore reads `proc/mounts` and clean_uefi_nvram's efibootmgr finds
+   * `sys/firmware/efi/efivars`: `/` in a ramdisk; outside one only if given (tests hand in a fake root).
+   */
+  firmwareRoot?: string;
   logFile?: string;
   statusFile?: string;
   console: { device?: string; shell: boolean };
@@ -80,6 +85,11 @@ export interface Config {
 }
 
 const API_URL = /^(mdns|https?:\/\/.+)$/;
+/**
+ * The least `ipa-image-convert-memory-limit` (an address-space limit) under which qemu-img can convert a
+ * qcow2 onto a device; below it conversions abort. docs/safety.md says how it was measured.
+ */
+export const QEMU_IMG_MIN_MIB = 384;
 
 /**
  * Accepted so that a kernel command line written for IPA still boots, but not acted on: IPA waits for the
@@ -149,7 +159,11 @@ export function buildConfig(kernel: ReadonlyMap<string, string>, flags: Readonly
       md5Enabled: r.bool('ipa-md5-enabled', true),
       permittedFormats: r.list('ipa-permitted-image-formats', ['raw', 'qcow2']),
       disableDeepInspection: r.bool('ipa-disable-deep-image-inspection', false),
-      convertMemoryLimitMiB: r.num('ipa-image-convert-memory-limit', 2048, { integer: true, min: 64 }),
+      convertMemoryLimitMiB: r.num('ipa-image-convert-memory-limit', 2048, {
+        integer: true,
+        min: QEMU_IMG_MIN_MIB,
+        why: 'qemu-img cannot convert an image in less address space (MiB), see docs/safety.md',
+      }),
       bufferDir: r.str('ipa-image-buffer-dir', '/tmp'),
       qcow2SpoolMiB: r.num('ina-qcow2-stream-spool', 64, { integer: true, min: 0 }),
     },
@@ -161,6 +175,7 @@ export function buildConfig(kernel: ReadonlyMap<string, string>, flags: Readonly
     hostActions: r.oneOf('host-actions', ['simulated', 'real'] as const, 'simulated'),
     simulatedRebootDelayS: r.num('simulated-reboot-delay', 2, { min: 0 }),
     rescueRoot: r.str('ina-rescue-root') ?? (merged.get('host-actions') === 'real' ? '/' : undefined),
+    firmwareRoot: r.str('ina-firmware-root') ?? (merged.get('host-actions') === 'real' ? '/' : undefined),
     logFile: r.str('log-file'),
     statusFile: r.str('status-file'),
     console: { device: r.str('console-device'), shell: r.bool('ina-console-shell', false) },

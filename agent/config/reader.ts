@@ -37,13 +37,14 @@ export class ParamReader {
     return parseBoolean(v) ?? this.fail(name, v, `expected a boolean (${BOOLEAN_WORDS})`);
   }
 
-  num(name: string, fallback: number, opts: { min?: number; max?: number; integer?: boolean } = {}): number {
+  /** `why` explains a minimum that comes from what a tool needs rather than from the value's meaning. */
+  num(name: string, fallback: number, opts: { min?: number; max?: number; integer?: boolean; why?: string } = {}): number {
     const v = this.raw(name);
     if (v === undefined || v === '') return fallback;
     const n = Number(v);
     if (!Number.isFinite(n)) return this.fail(name, v, 'expected a number');
     if (opts.integer && !Number.isInteger(n)) return this.fail(name, v, 'expected a whole number');
-    if (opts.min !== undefined && n < opts.min) return this.fail(name, v, `must be at least ${opts.min}`);
+    if (opts.min !== undefined && n < opts.min) return this.fail(name, v, `must be at least ${opts.min}${opts.why ? `: ${opts.why}` : ''}`);
     if (opts.max !== undefined && n > opts.max) return this.fail(name, v, `must be at most ${opts.max}`);
     return n;
   }

@@ -2,8 +2,8 @@
 // as the disk's, for disks with 4 KiB logical sectors (ISO9660, or FAT with 512-byte sectors, cannot be
 // mounted there). Files come out of an ISO in memory (iso9660.ts) or out of a FAT image with mtools, and
 // go in with mtools, so nothing is mounted and no ISO tool is needed.
-import { mkdir, mkdtemp, readdir, rm, writeFile, truncate, readFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir, readdir, writeFile, truncate, readFile } from 'node:fs/promises';
+import { withTempDir } from '../host/temp-dir.ts';
 import { dirname, join } from 'node:path';
 import type { Logger } from '../log.ts';
 import { ConfigDriveError, errorText } from '../errors.ts';
@@ -30,22 +30,21 @@ async function extractTree(drive: ConfigDriveImage, work: string, tree: string, 
 
 /** A VFAT image of `sizeBytes` with FAT sectors of `sectorSize`, holding the drive's files. */
 export async function rebuildAsVfat(drive: ConfigDriveImage, sizeBytes: number, sectorSize: number, log?: Logger): Promise<Buffer> {
-  const work = await mkdtemp(join(tmpdir(), 'ina-configdrive-'));
   try {
-    const tree = join(work, 'tree');
-    const fat = join(work, 'drive.vfat');
-    await extractTree(drive, work, tree, log);
-    await writeFile(fat, '');
-    await truncate(fat, sizeBytes);
-    await run('mkfs.vfat', ['-S', String(sectorSize), '-n', 'CONFIG-2', fat], { log });
-    const entries = await readdir(tree);
-    if (entries.length > 0) {
-      await run('mcopy', ['-s', '-p', '-i', fat, ...entries.map((e) => join(tree, e)), '::/'], { env: MTOOLS_ENV, log });
-    }
-    return await readFile(fat);
+    return await withTempDir('ina-configdrive-', async (work) => {
+      const tree = join(work, 'tree');
+      const fat = join(work, 'drive.vfat');
+      await extractTree(drive, work, tree, log);
+      await writeFile(fat, '');
+      await truncate(fat, sizeBytes);
+      await run('mkfs.vfat', ['-S', String(sectorSize), '-n', 'CONFIG-2', fat], { log });
+      const entries = await readdir(tree);
+      if (entries.length > 0) {
+        await run('mcopy', ['-s', '-p', '-i', fat, ...entries.map((e) => join(tree, e)), '::/'], { env: MTOOLS_ENV, log });
+      }
+      return await readFile(fat);
+    });
   } catch (err) {
     throw new ConfigDriveError(`A failure occurred while re-creating the config drive as VFAT: ${errorText(err)}`);
-  } finally {
-    await rm(work, { recursive: true, force: true });
   }
 }

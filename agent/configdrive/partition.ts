@@ -3,8 +3,8 @@
 // read it back. A drive whose filesystem sectors are smaller than the disk's logical sectors (ISO9660
 // on a 4 KiB disk) is rebuilt as VFAT first. Every write goes through the device guard first.
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdtemp, open, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { open, writeFile } from 'node:fs/promises';
+import { withTempDir } from '../host/temp-dir.ts';
 import { join } from 'node:path';
 import type { AgentServices } from '../services.ts';
 import { ConfigDriveError } from '../errors.ts';
@@ -14,7 +14,8 @@ import { isConfigDriveLabel } from './format.ts';
 import type { ConfigDriveImage } from './prepare.ts';
 import { listPartitions, rescanPartitions, tableType, type Partition } from '../disk/partitions.ts';
 import { mbrTailRegion, readTable, tailPlacement, MiB, type Region } from '../disk/partition-table.ts';
-import { kernelNameOf, partitionName, readSys, SYS_BLOCK } from '../disk/sysfs.ts';
+import { kernelNameOf, partitionName, SYS_BLOCK } from '../disk/sysfs.ts';
+import { readSys } from '../host/sysfs.ts';
 
 export const CONFIG_DRIVE_PARTITION_BYTES = 64 * MiB;
 
@@ -111,8 +112,7 @@ async function readBack(path: string, length: number): Promise<Buffer> {
 
 async function writeVerified(services: Services, partition: string, image: Buffer): Promise<void> {
   const log = services.log;
-  const work = await mkdtemp(join(tmpdir(), 'ina-configdrive-'));
-  try {
+  await withTempDir('ina-configdrive-', async (work) => {
     const file = join(work, 'drive.img');
     await writeFile(file, image);
     await services.guard.assertWritable(partition, 'write the config drive to');
@@ -121,9 +121,7 @@ async function writeVerified(services: Services, partition: string, image: Buffe
     const want = createHash('sha256').update(image).digest('hex');
     const got = createHash('sha256').update(await readBack(partition, image.length)).digest('hex');
     if (got !== want) throw new ConfigDriveError(`Config drive read back from ${partition} does not match what was written (sha256 ${got}, expected ${want})`);
-  } finally {
-    await rm(work, { recursive: true, force: true });
-  }
+  });
 }
 
 /** Writes `drive` to `disk`'s config-2 partition, creating it when there is none; returns that partition. */

@@ -1,6 +1,6 @@
 // What the console shows, read fresh on each refresh: the agent's status file, the tail of its log,
 // the NICs (from the kernel, not the agent, so they show even when the agent is down) and the disks.
-import { open, readFile, readdir } from 'node:fs/promises';
+import { open, readFile, readdir, type FileHandle } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
 import { run } from '../exec.ts';
 import type { StatusFile } from '../status-file.ts';
@@ -18,7 +18,7 @@ export async function readStatus(path: string): Promise<StatusFile | null> {
 
 /** The last `maxLines` lines of a log file, reading at most the last `maxBytes` of it. */
 export async function tailLines(path: string, maxLines: number, maxBytes = 1 << 20): Promise<string[]> {
-  let fh;
+  let fh: FileHandle;
   try {
     fh = await open(path, 'r');
   } catch {

@@ -29,5 +29,5 @@ export function keyAction(input: string): KeyAction {
 
 /** One read from the terminal can hold several keys (typed fast, pasted, or sent by a program). */
 export function splitKeys(input: string): string[] {
-  return input.match(/\x1b\[[0-9;]*[~A-Za-z]|[^]/g) ?? [];
+  return input.match(/\x1b\[[0-9;]*[~A-Za-z]|[\s\S]/g) ?? [];
 }

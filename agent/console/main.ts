@@ -79,7 +79,7 @@ async function draw(force = false): Promise<void> {
   const text = lines.join('\r\n');
   if (!force && text === last) return;
   last = text;
-  process.stdout.write('\x1b[H\x1b[2J' + text);
+  process.stdout.write(`\x1b[H\x1b[2J${text}`);
 }
 
 function redraw(force = false): void {
@@ -147,7 +147,7 @@ function onKey(key: string): void {
 
 if (flags.has('once')) {
   const input = await gather(50);
-  process.stdout.write(renderStatus(input, size()).join('\n') + '\n');
+  process.stdout.write(`${renderStatus(input, size()).join('\n')}\n`);
 } else {
   setRaw(true);
   process.stdin.on('data', onInput);

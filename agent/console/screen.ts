@@ -84,7 +84,7 @@ export function formatLogLine(line: string): string {
 
 function fit(line: string, width: number): string {
   const clean = line.replace(/[\x00-\x1f\x7f]/g, ' ');
-  return clean.length <= width ? clean : clean.slice(0, Math.max(0, width - 1)) + '~';
+  return clean.length <= width ? clean : `${clean.slice(0, Math.max(0, width - 1))}~`;
 }
 
 function field(label: string, value: string): string {
@@ -122,7 +122,7 @@ export function renderStatus(input: ConsoleInput, size: ScreenSize): string[] {
   const s = input.status?.status;
   const lines: string[] = [];
   const title = `ironic-node-agent ${s?.version ?? ''}`.trim();
-  const when = new Date(input.now * 1000).toISOString().slice(0, 19).replace('T', ' ') + ' UTC';
+  const when = `${new Date(input.now * 1000).toISOString().slice(0, 19).replace('T', ' ')} UTC`;
   lines.push(title + ' '.repeat(Math.max(1, size.width - title.length - when.length)) + when);
   lines.push('-'.repeat(size.width));
   if (!s) {
@@ -147,14 +147,14 @@ export function renderStatus(input: ConsoleInput, size: ScreenSize): string[] {
     );
   }
   if (input.nics.length === 0) lines.push(field('Network', 'no interfaces'));
-  input.nics.forEach((n, i) =>
-    lines.push(field(i === 0 ? 'Network' : '', `${n.name} ${n.mac} ${n.addresses.join(' ') || '(no address)'}`)),
-  );
+  for (const [i, n] of input.nics.entries()) {
+    lines.push(field(i === 0 ? 'Network' : '', `${n.name} ${n.mac} ${n.addresses.join(' ') || '(no address)'}`));
+  }
   const cmd = currentCommand(input.status);
   lines.push(field('Command', cmd ? commandLine(cmd, input.now) : 'none'));
   const perDisk = cmd?.status === 'RUNNING' ? diskProgress(cmd.result) : null;
   if (perDisk) {
-    perDisk.forEach((l, i) => lines.push(field(i === 0 ? 'Progress' : '', l)));
+    for (const [i, l] of perDisk.entries()) lines.push(field(i === 0 ? 'Progress' : '', l));
   } else if (cmd?.status === 'RUNNING' && cmd.result !== null && cmd.result !== undefined) {
     lines.push(field('Progress', compactJson(cmd.result)));
   } else if (cmd?.error) {
@@ -162,10 +162,11 @@ export function renderStatus(input: ConsoleInput, size: ScreenSize): string[] {
   }
   if (typeof input.disks === 'string') lines.push(field('Disks', input.disks));
   else if (input.disks.length === 0) lines.push(field('Disks', 'none'));
-  else
-    input.disks.forEach((d, i) =>
-      lines.push(field(i === 0 ? 'Disks' : '', `${d.name} ${formatBytes(d.bytes)} ${d.type}${d.model ? ` ${d.model}` : ''}`)),
-    );
+  else {
+    for (const [i, d] of input.disks.entries()) {
+      lines.push(field(i === 0 ? 'Disks' : '', `${d.name} ${formatBytes(d.bytes)} ${d.type}${d.model ? ` ${d.model}` : ''}`));
+    }
+  }
   lines.push('-'.repeat(size.width));
   const room = Math.max(0, size.height - lines.length - 1);
   const tail = room > 0 ? input.logLines.slice(-room).map(formatLogLine) : [];

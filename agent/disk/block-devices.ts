@@ -4,7 +4,8 @@ import { realpath } from 'node:fs/promises';
 import type { AgentServices } from '../services.ts';
 import { BlockDeviceError } from '../errors.ts';
 import { run } from '../exec.ts';
-import { sysByPath, sysHctl, sysIdentity, readSys, SYS_BLOCK } from './sysfs.ts';
+import { readSys } from '../host/sysfs.ts';
+import { sysByPath, sysHctl, sysIdentity, SYS_BLOCK } from './sysfs.ts';
 
 export interface BlockDevice {
   /** Kernel name: `sda`, `nvme0n1`, `loop3`. */

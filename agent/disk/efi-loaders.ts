@@ -1,8 +1,8 @@
 // Finds the UEFI boot loaders on an EFI system partition without mounting it (mtools reads FAT
 // directly). A vendor's BOOT<arch>.CSV (shim's fallback list) wins; else shim, then grub, then any other
 // loader in a vendor directory; the removable-media path EFI/BOOT/BOOT<arch>.EFI is the last resort.
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile } from 'node:fs/promises';
+import { withTempDir } from '../host/temp-dir.ts';
 import { join } from 'node:path';
 import type { Logger } from '../log.ts';
 import { run } from '../exec.ts';
@@ -69,16 +69,13 @@ export async function findEfiLoaders(esp: string, log?: Logger): Promise<EfiLoad
   const csvFiles = files.filter((f) => new RegExp(`^EFI/[^/]+/BOOT${efiArch()}\\.CSV$`, 'i').test(f) && !/^EFI\/BOOT\//i.test(f));
   const csv = new Map<string, Buffer>();
   if (csvFiles.length > 0) {
-    const work = await mkdtemp(join(tmpdir(), 'ina-esp-'));
-    try {
+    await withTempDir('ina-esp-', async (work) => {
       for (const [i, f] of csvFiles.entries()) {
         const local = join(work, `${i}.csv`);
         await run('mcopy', ['-n', '-i', esp, `::/${f}`, local], { env: MTOOLS_ENV, log });
         csv.set(f, await readFile(local));
       }
-    } finally {
-      await rm(work, { recursive: true, force: true });
-    }
+    });
   }
   return chooseLoaders(files, csv);
 }

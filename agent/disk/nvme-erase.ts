@@ -41,7 +41,7 @@ export async function identifyController(disk: string, log?: Logger): Promise<Nv
 /** The controller's namespaces' kernel names, from /sys/class/nvme/<ctrl>/. */
 async function namespaces(ctrl: string): Promise<string[]> {
   const entries = await readdir(`/sys/class/nvme/${ctrl}`).catch(() => [] as string[]);
-  return entries.filter((e) => new RegExp(`^nvme\\d+n\\d+$`).test(e));
+  return entries.filter((e) => /^nvme\d+n\d+$/.test(e));
 }
 
 export interface NvmeOptions {

@@ -6,7 +6,8 @@ import type { Logger } from '../log.ts';
 import { BlockDeviceError } from '../errors.ts';
 import { run } from '../exec.ts';
 import { probe, type Probe } from './blkid.ts';
-import { kernelNameOf, partitionName, readSys, sysPartitions, SYS_BLOCK } from './sysfs.ts';
+import { readSys } from '../host/sysfs.ts';
+import { kernelNameOf, partitionName, sysPartitions, SYS_BLOCK } from './sysfs.ts';
 
 export interface Partition extends Probe {
   number: number;

@@ -1,26 +1,10 @@
 // Reads block-device facts straight from /sys, because inside the ramdisk there is no udev to
 // publish them (no /dev/disk/by-*, no udev database for lsblk to read).
-import { readFile, readdir, realpath } from 'node:fs/promises';
+import { realpath } from 'node:fs/promises';
+import { listSys, readSys } from '../host/sysfs.ts';
 import { basename } from 'node:path';
 
 export const SYS_BLOCK = '/sys/block';
-
-export async function readSys(path: string): Promise<string | null> {
-  try {
-    const text = (await readFile(path, 'utf8')).trim();
-    return text === '' ? null : text;
-  } catch {
-    return null;
-  }
-}
-
-export async function listSys(path: string): Promise<string[]> {
-  try {
-    return await readdir(path);
-  } catch {
-    return [];
-  }
-}
 
 /** Partition kernel names of a disk, in partition-number order (`loop3p1`, `sda2`, …). */
 export async function sysPartitions(disk: string): Promise<string[]> {

@@ -8,7 +8,10 @@ import { verifyDigest, type ExpectedDigest } from './checksum.ts';
 import { refuseUnsafe } from './gates.ts';
 import type { HashWorker } from './hash-worker.ts';
 import { INSPECT_HEAD_BYTES, inspectImage } from './inspect.ts';
-import type { SinkTarget } from './sinks/sink.ts';
+import { assertQcow2Within } from './qcow2/extent.ts';
+import { openQcow2Guest, type Qcow2Guest } from './qcow2/guest.ts';
+import { readAt } from './qcow2/read-at.ts';
+import type { ImageView, SinkTarget } from './sinks/sink.ts';
 import type { ProgressMeter } from '../progress.ts';
 
 export interface InspectedBuffer {
@@ -33,7 +36,10 @@ async function readEnds(file: string, size: number): Promise<{ head: Buffer; tai
   }
 }
 
-/** Reads the image's header and footer, and refuses it unless it is an allowed format that fits the device. */
+/**
+ * Reads the image's header and footer, and refuses it unless it is an allowed format that fits the device
+ * (and, for qcow2, holds every cluster its tables name).
+ */
 export async function inspectBuffer(file: string, declared: string | undefined, config: Config, device: SinkTarget): Promise<InspectedBuffer> {
   const size = (await stat(file)).size;
   const { head, tail } = await readEnds(file, size);
@@ -46,7 +52,41 @@ export async function inspectBuffer(file: string, declared: string | undefined, 
       tooLarge: true,
     });
   }
+  if (found.format === 'qcow2') await assertQcow2Within(file, size);
+  if (device.precheck) await precheck(device.precheck, file, found.format, head, size);
   return { file, format: found.format, virtualSize, size, head };
+}
+
+async function readFileAt(file: string, offset: number, length: number): Promise<Buffer> {
+  const fh = await open(file, 'r');
+  try {
+    return await readAt(fh, offset, length);
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Runs the target's precheck on the image as it will be on the device: the file itself, or what a qcow2 describes. */
+async function precheck(check: (image: ImageView) => Promise<void>, file: string, format: string, head: Buffer, size: number): Promise<void> {
+  if (format === 'raw') return check({ head, read: (offset, length) => readFileAt(file, offset, length) });
+  // Other formats' contents are not read here; the checks after the write still apply to them.
+  if (format !== 'qcow2') return;
+  // The guest is read for this check only: what its decoders refuse leaves the check unable to tell, and
+  // qemu-img judges the image as before.
+  let guest: Qcow2Guest;
+  let guestHead: Buffer;
+  try {
+    guest = await openQcow2Guest(file, size);
+    guestHead = await guest.read(0, INSPECT_HEAD_BYTES);
+  } catch {
+    return;
+  }
+  const read = (offset: number, length: number) => guest.read(offset, length).catch(() => null);
+  try {
+    await check({ head: guestHead, read });
+  } finally {
+    await guest.close();
+  }
 }
 
 /**

@@ -29,8 +29,13 @@ export function algoForDigest(digest: string): ImageHashAlgo | undefined {
   return ({ 32: 'md5', 64: 'sha256', 128: 'sha512' } as const)[digest.length as 32 | 64 | 128];
 }
 
-const HEX = /^[0-9a-f]+$/i;
-const DIGEST_LENGTHS = new Set([32, 40, 56, 64, 96, 128]);
+/** Hex characters in each algorithm's digest. */
+export const DIGEST_HEX_LENGTH: Record<ImageHashAlgo, number> = {
+  md5: 32, sha1: 40, sha224: 56, sha256: 64, sha384: 96, sha512: 128, 'sha3-256': 64, 'sha3-512': 128, blake2b512: 128,
+};
+
+export const HEX = /^[0-9a-f]+$/i;
+const DIGEST_LENGTHS = new Set(Object.values(DIGEST_HEX_LENGTH));
 
 function isDigest(s: string): boolean {
   return HEX.test(s) && DIGEST_LENGTHS.has(s.length);

@@ -2,7 +2,7 @@
 // InvalidCommandParamsError, in IPA's order and words where IPA has words for it.
 import { InvalidCommandParamsError } from '../errors.ts';
 import { BOOLEAN_WORDS, isObject, parseBoolean } from '../parse.ts';
-import { hashAlgoFor, type ImageHashAlgo } from './checksum.ts';
+import { algoForDigest, DIGEST_HEX_LENGTH, HEX, hashAlgoFor, type ImageHashAlgo } from './checksum.ts';
 import { shownUrl } from './url-credentials.ts';
 
 /** Where the expected digest comes from: a literal hex value or a URL of a checksum file. */
@@ -71,14 +71,25 @@ function parseChecksum(info: Record<string, unknown>, policy: ImageInfoPolicy): 
     const algo = hashAlgoFor(algoName.trim().toLowerCase());
     if (algo && (algo !== 'md5' || policy.md5Enabled)) {
       const value = hashValue.trim();
-      return { algo, value, isUrl: isHttpUrl(value), field: 'os_hash_value' };
+      const isUrl = isHttpUrl(value);
+      // Found out only after downloading (and clearing the disk), a digest that cannot match is refused now.
+      if (!isUrl && !(HEX.test(value) && value.length === DIGEST_HEX_LENGTH[algo])) {
+        throw bad(`image_info 'os_hash_value' is not a ${algo} digest (${DIGEST_HEX_LENGTH[algo]} hex characters): ${value.slice(0, 200)}`);
+      }
+      return { algo, value, isUrl, field: 'os_hash_value' };
     }
     if (!legacy && !algo) throw bad(`Unsupported os_hash_algo '${algoName}' and no 'checksum' to fall back on`);
   }
   if (legacy) {
     const value = legacy.trim();
     const isUrl = isHttpUrl(value);
-    if (isUrl || value.length > 32 || policy.md5Enabled) return { value, isUrl, field: 'checksum' };
+    if (isUrl || value.length > 32 || policy.md5Enabled) {
+      // Its length names its algorithm (IPA's rule); a length that names none can never match.
+      if (!isUrl && !(HEX.test(value) && algoForDigest(value))) {
+        throw bad(`image_info 'checksum' is not an md5, sha256 or sha512 digest (32, 64 or 128 hex characters): ${value.slice(0, 200)}`);
+      }
+      return { value, isUrl, field: 'checksum' };
+    }
   }
   // IPA's words, and the reason when an md5 was offered.
   const md5Offered = legacy !== undefined || algoName?.trim().toLowerCase() === 'md5';

@@ -8,13 +8,12 @@
 // download and when the tap hashes. A buffered image then takes a second leg, buffer file ─▶ device sink.
 // transfer.ts owns every retry: an attempt here runs once and throws.
 import { createReadStream } from 'node:fs';
-import { rm } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
 import { ImageWriteError, errorText } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { ProgressMeter } from '../progress.ts';
 import type { AgentServices } from '../services.ts';
-import { bufferBudget, bufferPath } from './buffer.ts';
+import { bufferBudget, bufferPath, cleanStaleBuffers, discardBuffer } from './buffer.ts';
 import { bufferChecksum, inspectBuffer, type InspectedBuffer } from './buffer-check.ts';
 import { expectedDigest, imageFileNames, parseChecksumFile, verifyDigest, type ExpectedDigest } from './checksum.ts';
 import { Dispatchers } from './dispatchers.ts';
@@ -215,8 +214,9 @@ async function bufferOnce(job: PipelineJob, transfer: Transfer, expected: Expect
   const { info, device, meter } = job;
   const { config, guard, log } = job.services;
   meter.start(ROUTES.buffer.phase, null);
+  await cleanStaleBuffers(config.image.bufferDir, log);
   const image = await transfer.open(info.urls);
-  let budget;
+  let budget: Awaited<ReturnType<typeof bufferBudget>>;
   try {
     budget = await bufferBudget(config.image.bufferDir, image.totalBytes);
   } catch (err) {
@@ -244,7 +244,7 @@ async function bufferOnce(job: PipelineJob, transfer: Transfer, expected: Expect
       return found.virtualSize;
     });
   } finally {
-    await rm(file, { force: true });
+    await discardBuffer(file);
   }
 }
 

@@ -4,6 +4,7 @@
 import type { AgentServices } from '../services.ts';
 import type { CommandContext } from '../commands/types.ts';
 import { prepareConfigDrive, writeConfigDrivePartition, type ConfigDriveImage } from '../configdrive/prepare.ts';
+import { configDriveRoomCheck } from '../configdrive/room.ts';
 import { readPartitionUuids } from '../disk/partition-uuids.ts';
 import { chooseRootDevice } from '../disk/root-device.ts';
 import { DeploymentError, errorText } from '../errors.ts';
@@ -11,6 +12,7 @@ import { run } from '../exec.ts';
 import type { Logger } from '../log.ts';
 import type { ImageInfo } from './image-info.ts';
 import { writeImage } from './pipeline.ts';
+import { shownUrl } from './url-credentials.ts';
 import { clearSignatures } from '../disk/signatures.ts';
 import { ProgressMeter, type ProgressReport } from '../progress.ts';
 
@@ -73,8 +75,17 @@ async function deployImage(ctx: CommandContext, req: PrepareRequest, services: C
   // A write that fails may already have changed the disk, so the UUIDs of the image before cannot be trusted;
   // one that fails before writing (a 404, a refusal) forgets them too, which costs nothing.
   lastUuids.delete(ctx.state);
+  // What the conductor computed (with image_download_source=local it may have converted the image and
+  // recomputed its checksum): the first thing to compare when a deploy fails verification.
+  const { checksum } = info;
+  log.info({
+    urls: info.urls.map(shownUrl), disk_format: info.diskFormat ?? null, stream_raw_images: info.streamRaw,
+    checksum: { field: checksum.field, algo: checksum.algo ?? null, value: checksum.isUrl ? shownUrl(checksum.value) : checksum.value },
+  }, 'image requested');
   const { signal } = ctx;
-  const written = await writeImage({ services, info, device, meter, signal });
+  // Whether the config drive will fit is known from the image's partition table: refused before the disk changes.
+  const target = drive ? { ...device, precheck: configDriveRoomCheck(device, drive) } : device;
+  const written = await writeImage({ services, info, device: target, meter, signal });
   log.info({ device: device.path, path: written.path, bytes: written.bytes }, 'image written');
 
   let uuids: Record<string, string>;

@@ -191,7 +191,7 @@ export class Transfer {
   /** Opens the image: resolves once a server answered 200, with a body that resumes where it can. */
   async open(urls: readonly string[], what = 'Image download'): Promise<OpenedImage> {
     const { url, res } = await this.firstResponse(urls, what);
-    let coding;
+    let coding: ReturnType<typeof contentCoding>;
     try {
       coding = contentCoding(res);
     } catch (err) {

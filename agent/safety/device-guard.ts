@@ -4,10 +4,11 @@
 // allow-list is configured and neither it nor its parent disk is on it. The kernel lists dm and md in
 // `slaves`, but not loops: a loop's backing file is read from sysfs, and both directions are refused —
 // the device holding a used loop's backing file, and a loop whose backing file is a protected device.
-import { readFile, readdir, readlink, realpath, stat } from 'node:fs/promises';
+import { readlink, realpath, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { ProtectedDeviceError } from '../errors.ts';
 import { run } from '../exec.ts';
+import { listSys, readSys } from '../host/sysfs.ts';
 
 export interface GuardVerdict {
   ok: boolean;
@@ -27,22 +28,6 @@ const SYSTEM_PATHS: GuardPaths = {
   sysClassBlock: '/sys/class/block',
   sysDevBlock: '/sys/dev/block',
 };
-
-async function readText(path: string): Promise<string> {
-  try {
-    return await readFile(path, 'utf8');
-  } catch {
-    return '';
-  }
-}
-
-async function listDir(path: string): Promise<string[]> {
-  try {
-    return await readdir(path);
-  } catch {
-    return [];
-  }
-}
 
 function majorMinor(dev: number): string {
   return `${Math.floor(dev / 256) & 0xfff}:${(dev & 0xff) | ((dev >> 12) & 0xfff00)}`;
@@ -77,7 +62,7 @@ export class DeviceGuard {
 
   /** The whole disk a partition belongs to (itself for a disk). */
   private async parentDisk(name: string): Promise<string> {
-    const isPartition = (await readText(`${this.paths.sysClassBlock}/${name}/partition`)).trim() !== '';
+    const isPartition = (await readSys(`${this.paths.sysClassBlock}/${name}/partition`)) !== null;
     if (!isPartition) return name;
     const link = await readlink(`${this.paths.sysClassBlock}/${name}`).catch(() => null);
     return link ? basename(link.replace(/\/[^/]+$/, '')) : name;
@@ -91,7 +76,7 @@ export class DeviceGuard {
   /** Block devices that are in use right now: mounted filesystems and active swap. */
   private async inUse(): Promise<Map<string, string>> {
     const used = new Map<string, string>();
-    for (const line of (await readText(this.paths.mountinfo)).split('\n')) {
+    for (const line of ((await readSys(this.paths.mountinfo)) ?? '').split('\n')) {
       const fields = line.split(' ');
       if (fields.length < 5) continue;
       const sep = fields.indexOf('-');
@@ -101,7 +86,7 @@ export class DeviceGuard {
       if (source?.startsWith('/dev/')) names.push(await this.kernelName(source).catch(() => null));
       for (const name of names) if (name && !used.has(name)) used.set(name, `mounted at ${fields[4]}`);
     }
-    for (const line of (await readText(this.paths.swaps)).split('\n').slice(1)) {
+    for (const line of ((await readSys(this.paths.swaps)) ?? '').split('\n').slice(1)) {
       const dev = line.split(/\s+/)[0];
       if (!dev?.startsWith('/dev/')) continue;
       const name = await this.kernelName(dev).catch(() => null);
@@ -116,8 +101,8 @@ export class DeviceGuard {
    */
   private async loops(): Promise<Map<string, { device: string; file: boolean }>> {
     const out = new Map<string, { device: string; file: boolean }>();
-    for (const name of await listDir(this.paths.sysClassBlock)) {
-      const backing = (await readText(`${this.paths.sysClassBlock}/${name}/loop/backing_file`)).trim();
+    for (const name of await listSys(this.paths.sysClassBlock)) {
+      const backing = (await readSys(`${this.paths.sysClassBlock}/${name}/loop/backing_file`)) ?? '';
       if (!backing) continue;
       const st = await stat(backing).catch(() => null);
       if (!st) {
@@ -161,7 +146,7 @@ export class DeviceGuard {
       out.set(name, why);
       const parent = await this.parentDisk(name);
       if (parent !== name) await visit(parent, `holds ${name}, which is ${use}`, use);
-      for (const slave of await listDir(`${this.paths.sysClassBlock}/${name}/slaves`)) {
+      for (const slave of await listSys(`${this.paths.sysClassBlock}/${name}/slaves`)) {
         await visit(slave, `is under ${name}, which is ${use}`, use);
       }
       const loop = loops.get(parent);
@@ -182,7 +167,7 @@ export class DeviceGuard {
         const why = `is a loop device onto ${loop.device}, which ${reason}`;
         out.set(name, why);
         // Its partitions write into the same device.
-        for (const part of await listDir(`${this.paths.sysClassBlock}/${name}`)) {
+        for (const part of await listSys(`${this.paths.sysClassBlock}/${name}`)) {
           if (part.startsWith(name) && !out.has(part)) out.set(part, `is a partition of ${name}, which ${why}`);
         }
         grew = true;

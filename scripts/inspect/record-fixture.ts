@@ -15,7 +15,7 @@ function walk(path: string): string {
   let real = '/';
   for (const part of path.split('/').filter(Boolean)) {
     const next = join(real, part);
-    let st;
+    let st: ReturnType<typeof lstatSync>;
     try {
       st = lstatSync(next);
     } catch {

@@ -8,6 +8,7 @@
 #        IRONIC_API_PORT=N          default: a free ephemeral port
 #        IRONIC_FAST_TRACK=true|false (default true), IRONIC_REQUIRE_TLS=true|false (default false)
 #        IRONIC_HEARTBEAT_TIMEOUT=S (default 10), IRONIC_CALLBACK_TIMEOUT=S (default 300)
+#        IRONIC_DOWNLOAD_SOURCE=http|local (default http), IRONIC_FORCE_RAW=true|false (default true)
 # Also serves [deploy]http_root at [deploy]http_url (a static HTTP server on a free port).
 # Writes RUN_DIR/api-url, RUN_DIR/http-url and RUN_DIR/env (OS_* variables for the `baremetal` CLI); prints the API URL.
 set -euo pipefail
@@ -39,6 +40,7 @@ sed -e "s#@RUN@#$RUN#g" -e "s#@RPC@#$RPC#g" -e "s#@API_PORT@#$API_PORT#g" -e "s#
     -e "s#@FAST_TRACK@#${IRONIC_FAST_TRACK:-true}#g" -e "s#@REQUIRE_TLS@#${IRONIC_REQUIRE_TLS:-false}#g" \
     -e "s#@HEARTBEAT_TIMEOUT@#${IRONIC_HEARTBEAT_TIMEOUT:-10}#g" \
     -e "s#@CALLBACK_TIMEOUT@#${IRONIC_CALLBACK_TIMEOUT:-300}#g" -e "s#@HTTP_URL@#$HTTP_URL#g" \
+    -e "s#@DOWNLOAD_SOURCE@#${IRONIC_DOWNLOAD_SOURCE:-http}#g" -e "s#@FORCE_RAW@#${IRONIC_FORCE_RAW:-true}#g" \
     "$HERE/ironic.conf.in" > "$RUN/ironic.conf"
 
 if [ ! -s "$RUN/state/ironic.sqlite" ]; then

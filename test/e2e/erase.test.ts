@@ -3,7 +3,7 @@
 // pattern that names its sector. erase_devices runs through the agent's API with Ironic's settings in
 // driver_internal_info; the host then reads the disk files: no sector of the pattern survives, and each
 // disk reports the method that erased it and a passing read-back.
-import { open, truncate, writeFile } from 'node:fs/promises';
+import { open, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { request } from 'undici';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';

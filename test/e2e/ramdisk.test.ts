@@ -110,7 +110,7 @@ describe('the ramdisk under QEMU', () => {
     const seen = (re: RegExp, from = 0) => until(`${re} on the console`, async () => (re.test(v.serial().slice(from)) ? true : undefined), 60_000);
     // A whole screen, up to its key line (the console writes each screen at once, but the log file
     // may hold only part of the latest one when it is read).
-    await seen(/Agent\s+serving[^]*\[l\] full log {2}\[c\] commands {2}\[s\] shell/);
+    await seen(/Agent\s+serving[\s\S]*\[l\] full log {2}\[c\] commands {2}\[s\] shell/);
     await seen(/\{"level":30,[^\n]*"msg":"agent API listening"/);
     const screen = v.serial();
     expect(screen).toMatch(/Conductor\s+\(none: standalone\)/);
@@ -122,10 +122,10 @@ describe('the ramdisk under QEMU', () => {
 
     let mark = v.serial().length;
     await v.type('l');
-    await seen(/Agent log \(lines \d+-\d+ of \d+\)[^]*agent API listening/, mark);
+    await seen(/Agent log \(lines \d+-\d+ of \d+\)[\s\S]*agent API listening/, mark);
     mark = v.serial().length;
     await v.type('c');
-    await seen(/Commands \(lines 1-1 of 1\)[^]*no commands yet/, mark);
+    await seen(/Commands \(lines 1-1 of 1\)[\s\S]*no commands yet/, mark);
     await v.type('q');
 
     // The shell: prove it runs commands, then kill the agent from it; busybox init must start it again.
@@ -134,6 +134,7 @@ describe('the ramdisk under QEMU', () => {
     await seen(/\[console\] shell/, mark);
     await v.type('echo shell-$((6*7))\r');
     await seen(/shell-42/, mark);
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion typed into the VM
     await v.type('for p in /proc/[0-9]*; do grep -q agent.mjs $p/cmdline 2>/dev/null && kill ${p#/proc/}; done; exit\r');
     const again = await until('the restarted agent', async () => {
       const s = await getStatus();
@@ -150,7 +151,7 @@ describe('the ramdisk under QEMU', () => {
     expect(await member('agent.log')).toContain('agent API listening');
     expect(await member('dmesg')).toMatch(/Linux version/);
     expect(await member('lsblk-json')).toContain('"name": "vda"');
-    expect(await member('ip_addr')).toMatch(/eth0[^]*10\.0\.2\.15/);
+    expect(await member('ip_addr')).toMatch(/eth0[\s\S]*10\.0\.2\.15/);
 
     // Cleaning with the ramdisk's wipefs, sgdisk and dd, as a conductor asks for it.
     const cleaned = await agentCommand(v, 'clean.execute_clean_step', {
@@ -261,7 +262,7 @@ describe('the ramdisk under QEMU', () => {
     };
     expect(await writeImage({ image_info: rawInfo, configdrive: toWire(iso) }, {})).toMatch(/written to device \/dev\/vda/);
 
-    const screen = new RegExp(`Node\\s+${node.uuid}[^]*Heartbeat\\s+\\d\\d:\\d\\d:\\d\\d \\([^)]+ ago\\) ok[^]*\\[l\\] full log {2}\\[c\\] commands`);
+    const screen = new RegExp(`Node\\s+${node.uuid}[\\s\\S]*Heartbeat\\s+\\d\\d:\\d\\d:\\d\\d \\([^)]+ ago\\) ok[\\s\\S]*\\[l\\] full log {2}\\[c\\] commands`);
     await until('the node and its heartbeat on the status screen', async () => (screen.test(v.serial()) ? true : undefined), 60_000);
     // A production boot: no shell key, and the agent's log stays off the console.
     expect(v.serial()).toContain('[l] full log  [c] commands');

@@ -170,7 +170,7 @@ export class AgentClient {
     const body = pythonJson({ name, params });
     let lastError: unknown;
     for (let i = 0; i < this.o.maxAttempts; i++) {
-      let reply;
+      let reply: Awaited<ReturnType<typeof this.send>>;
       try {
         reply = await this.send('POST', this.query(wait), body);
       } catch (err) {

@@ -273,7 +273,7 @@ export class FakeConductor extends EventEmitter<{ request: [RecordedRequest] }> 
       return error(400, "Incomplete lookup request: at least one of 'addresses' and 'node_uuid' parameters is required.");
     }
     const node = uuid !== null ? this.nodes.get(uuid) : [...this.nodes.values()].find((n) => n.macs.some((m) => addresses.includes(m)));
-    if (!node || !node.lookupAllowed) return error(404, 'Resource could not be found.');
+    if (!node?.lookupAllowed) return error(404, 'Resource could not be found.');
     const queued = this.lookupQueue.shift();
     if (queued === 409) {
       return error(409, `Node ${node.uuid} is locked by host fake-conductor, please retry after the current operation is completed.`);

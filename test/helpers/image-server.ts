@@ -113,9 +113,15 @@ export class ImageServer {
       log.status = status;
       res.writeHead(status, { 'content-type': 'text/plain', ...headers }).end(body);
     };
-    if (!entry) return reply(404, 'not found');
+    if (!entry) {
+      reply(404, 'not found');
+      return;
+    }
     const fault = entry.faults.shift();
-    if (fault?.kind === 'status') return reply(fault.code, `injected ${fault.code}`, fault.headers);
+    if (fault?.kind === 'status') {
+      reply(fault.code, `injected ${fault.code}`, fault.headers);
+      return;
+    }
 
     let start = 0;
     const headers: Record<string, string | number> = { 'content-type': 'application/octet-stream' };

@@ -107,7 +107,8 @@ describe.skipIf(!sid)('in-band inspection with Ironic 39 (agent inspect interfac
       properties: { root_device: { name: disk.path } }, ports: [{ address: mac }],
     }] }));
     await bm.run(['create', enroll]);
-    const uuid = (inspectedUuid = (await bm.node('ina-inspect')).uuid);
+    inspectedUuid = (await bm.node('ina-inspect')).uuid;
+    const uuid = inspectedUuid;
     await bm.run(['node', 'power', 'on', uuid]);
     await phase(S, 'manage', async () => {
       await bm.run(['node', 'manage', uuid]);

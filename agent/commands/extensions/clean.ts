@@ -1,7 +1,6 @@
 // clean: the in-band cleaning steps the conductor runs between deployments. The step list and the
 // hardware-manager version come from disk/hardware-manager.ts; the steps erase every managed disk.
 import { isObject, optObject, reqObject } from '../params.ts';
-import type { AgentServices } from '../../services.ts';
 import { command, type CommandContext, type Extension } from '../types.ts';
 import { BlockDeviceEraseError, CleaningError, errorText, InvalidCommandParamsError } from '../../errors.ts';
 import type { BlockDevice } from '../../disk/block-devices.ts';
@@ -11,13 +10,36 @@ import { EraseBoard } from '../../disk/erase-progress.ts';
 import { eraseSettings, type EraseSettings } from '../../disk/erase-settings.ts';
 import { eraseMetadata } from '../../disk/erase.ts';
 import { checkVersions, stepsResult, type StepDescription } from '../../disk/hardware-manager.ts';
+import { burninSteps } from '../../burnin/steps.ts';
+import { erasePstore } from '../../host/pstore.ts';
+import { cleanUefiNvram, parseMatchPatterns } from '../../host/uefi-nvram.ts';
 import type { NodeInfo } from '../../state.ts';
 
-/** IPA's priorities: metadata (99) runs before the full erase (10); express runs only when asked for. */
+const step = (name: string, priority = 0, extra: Partial<StepDescription> = {}): StepDescription => ({
+  step: name, priority, interface: 'deploy', reboot_requested: false, abortable: true, ...extra,
+});
+
+export const MATCH_PATTERNS_ARGSINFO: StepDescription['argsinfo'] = {
+  match_patterns: {
+    description: 'A list of regular expressions matched (case-insensitive) against the device path of each UEFI boot entry; matching entries are removed',
+    required: false,
+  },
+};
+
+/**
+ * IPA's priorities: metadata (99) runs before the full erase (10); the others run only when asked for (manual
+ * cleaning, priority 0).
+ */
 export const CLEAN_STEPS: readonly StepDescription[] = [
-  { step: 'erase_devices', priority: 10, interface: 'deploy', reboot_requested: false, abortable: true },
-  { step: 'erase_devices_metadata', priority: 99, interface: 'deploy', reboot_requested: false, abortable: true },
-  { step: 'erase_devices_express', priority: 0, interface: 'deploy', reboot_requested: false, abortable: true },
+  step('erase_devices', 10),
+  step('erase_devices_metadata', 99),
+  step('erase_devices_express'),
+  step('erase_pstore'),
+  step('clean_uefi_nvram', 0, { argsinfo: MATCH_PATTERNS_ARGSINFO }),
+  step('burnin_cpu'),
+  step('burnin_disk'),
+  step('burnin_memory'),
+  step('burnin_network'),
 ];
 
 interface ExecuteParams {
@@ -69,7 +91,26 @@ async function eraseAll(ctx: CommandContext, settings: EraseSettings, lastResort
   return results;
 }
 
-export const runners: Record<string, (ctx: CommandContext) => Promise<unknown>> = {
+/** The root the firmware steps work under: the host's only in the ramdisk, else a test's fake (config.ts). */
+function firmwareRoot(ctx: CommandContext, stepName: string): string {
+  const root = ctx.config.firmwareRoot;
+  if (!root) {
+    throw new CleaningError(`${stepName} changes the host's firmware storage: it runs only in the ramdisk (--host-actions=real) or under --ina-firmware-root`);
+  }
+  return root;
+}
+
+export async function cleanUefiNvramStep(ctx: CommandContext, args: Record<string, unknown>): Promise<null> {
+  const patterns = parseMatchPatterns(args.match_patterns);
+  await cleanUefiNvram(firmwareRoot(ctx, 'clean_uefi_nvram'), patterns, ctx.log);
+  return null;
+}
+
+type CleanRunner = (ctx: CommandContext, args: Record<string, unknown>) => Promise<unknown>;
+
+const node = (ctx: CommandContext) => ctx.state.status.node;
+
+export const runners: Record<string, CleanRunner> = {
   async erase_devices_metadata(services) {
     const { targets } = await cleaningTargets(services, 'skip');
     for (const d of targets) await eraseMetadata(services, d.path, d.size);
@@ -81,6 +122,15 @@ export const runners: Record<string, (ctx: CommandContext) => Promise<unknown>> 
   // No ATA security erase and no overwrite; a failed format falls back whatever the continue setting says.
   erase_devices_express: (ctx) =>
     eraseAll(ctx, { ...eraseSettings(ctx), ataSecureErase: false, continueIfSecureEraseFailed: true, discard: true }, 'metadata'),
+  async erase_pstore(ctx) {
+    await erasePstore(firmwareRoot(ctx, 'erase_pstore'), ctx.log);
+    return null;
+  },
+  clean_uefi_nvram: cleanUefiNvramStep,
+  burnin_cpu: (ctx) => burninSteps.burnin_cpu(ctx, node(ctx)),
+  burnin_disk: (ctx) => burninSteps.burnin_disk(ctx, node(ctx)),
+  burnin_memory: (ctx) => burninSteps.burnin_memory(ctx, node(ctx)),
+  burnin_network: (ctx) => burninSteps.burnin_network(ctx, node(ctx)),
 };
 
 export const clean: Extension = {
@@ -110,7 +160,8 @@ export const clean: Extension = {
       if (p.node) ctx.state.update({ node: p.node });
       const runner = Object.hasOwn(runners, p.step.step) ? runners[p.step.step] : undefined;
       if (!runner) throw new CleaningError(`Clean step ${p.step.step} is not supported by this agent`);
-      return { clean_result: await runner(ctx), clean_step: p.step };
+      const args = isObject(p.step.args) ? p.step.args : {};
+      return { clean_result: await runner(ctx, args), clean_step: p.step };
     },
   }),
 };

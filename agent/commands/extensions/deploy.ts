@@ -8,7 +8,7 @@ import { AgentError } from '../../errors.ts';
 import { prepareImage } from '../../image/prepare.ts';
 import { isObject, optObject, reqObject } from '../params.ts';
 import { command, type CommandContext, type Extension } from '../types.ts';
-import { runners as cleanRunners } from './clean.ts';
+import { cleanUefiNvramStep, MATCH_PATTERNS_ARGSINFO, runners as cleanRunners } from './clean.ts';
 import { parsePrepareImage } from './standby.ts';
 
 export class HardwareManagerMethodNotFound extends AgentError {
@@ -21,6 +21,7 @@ const step = (name: string, extra: Partial<StepDescription> = {}): StepDescripti
 
 export const DEPLOY_STEPS: readonly StepDescription[] = [
   step('erase_devices_metadata'),
+  step('clean_uefi_nvram', { argsinfo: MATCH_PATTERNS_ARGSINFO }),
   step('write_image'),
   step('inject_files', {
     argsinfo: {
@@ -43,7 +44,7 @@ export function nodeHints(node: Record<string, unknown> | undefined): Record<str
   return isObject(hints) && Object.keys(hints).length > 0 ? hints : undefined;
 }
 
-type Runner = (args: Record<string, unknown>, node: Record<string, unknown> | undefined, ctx: CommandContext) => Promise<unknown>;
+export type Runner = (args: Record<string, unknown>, node: Record<string, unknown> | undefined, ctx: CommandContext) => Promise<unknown>;
 
 export const deployRunners: Readonly<Record<string, Runner>> = {
   async write_image(args, node, ctx) {
@@ -51,8 +52,9 @@ export const deployRunners: Readonly<Record<string, Runner>> = {
     return { result: `prepare_image: ${await prepareImage(ctx, { info, configdrive, hints: nodeHints(node) })}` };
   },
   async erase_devices_metadata(_args, _node, ctx) {
-    return cleanRunners.erase_devices_metadata!(ctx);
+    return cleanRunners.erase_devices_metadata!(ctx, {});
   },
+  clean_uefi_nvram: (args, _node, ctx) => cleanUefiNvramStep(ctx, args),
   async inject_files(args, node, ctx) {
     // the node's inject_files property first, then the step's files, as IPA merges them
     const fromNode = parseInjectFiles(isObject(node?.properties) ? node.properties.inject_files : undefined);

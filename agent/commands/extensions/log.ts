@@ -1,7 +1,7 @@
 // log: collect_system_logs, what the conductor stores when a deploy or clean fails: a gzipped tar of
 // the agent's own log, the kernel log, block devices, network and mount state, base64 encoded.
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { withTempDir } from '../../host/temp-dir.ts';
 import { join } from 'node:path';
 import { command, type Extension } from '../types.ts';
 import { errorText } from '../../errors.ts';
@@ -38,8 +38,7 @@ async function capture(argv: readonly string[], log: Logger): Promise<string> {
 }
 
 export async function collectSystemLogs(log: Logger): Promise<Buffer> {
-  const work = await mkdtemp(join(tmpdir(), 'ina-logs-'));
-  try {
+  return withTempDir('ina-logs-', async (work) => {
     const tree = join(work, 'logs');
     await mkdir(tree);
     await writeFile(join(tree, 'agent.log'), `${logRing.tail().join('\n')}\n`);
@@ -50,9 +49,7 @@ export async function collectSystemLogs(log: Logger): Promise<Buffer> {
     const archive = join(work, 'logs.tar.gz');
     await run('tar', ['-czf', archive, '-C', tree, '.'], { log });
     return await readFile(archive);
-  } finally {
-    await rm(work, { recursive: true, force: true });
-  }
+  });
 }
 
 export const log: Extension = {

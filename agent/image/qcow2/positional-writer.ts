@@ -174,7 +174,10 @@ export class PositionalWriter implements WriteTarget {
   private async partial(at: number, bytes: Buffer): Promise<void> {
     const base = at - (at % ALIGN);
     let p = this.partials.get(base);
-    if (!p) this.partials.set(base, (p = { bytes: Buffer.alloc(ALIGN), spans: [], filled: 0 }));
+    if (!p) {
+      p = { bytes: Buffer.alloc(ALIGN), spans: [], filled: 0 };
+      this.partials.set(base, p);
+    }
     bytes.copy(p.bytes, at - base);
     p.spans.push([at - base, at - base + bytes.length]);
     p.filled += bytes.length;

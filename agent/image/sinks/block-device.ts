@@ -25,7 +25,7 @@ export class BlockDeviceSink implements Sink {
   }
 
   async checkHead(head: Buffer, facts: HeadFacts): Promise<void> {
-    if (!this.inspected) this.target.refuseStreamedHead(head, facts);
+    if (!this.inspected) await this.target.refuseStreamedHead(head, facts);
     this.head = head;
     await this.target.clear();
   }

@@ -57,7 +57,7 @@ export class DecoderPipe implements Sink {
   }
 
   async checkHead(head: Buffer, facts: HeadFacts): Promise<void> {
-    this.target.refuseStreamedHead(head, facts);
+    await this.target.refuseStreamedHead(head, facts);
     this.head = head;
     await this.target.clear();
   }

@@ -21,8 +21,8 @@ export class DeviceTarget {
     return this.device.path;
   }
 
-  /** The checks of a streamed head; throws before anything on the device changes. */
-  refuseStreamedHead(head: Buffer, facts: HeadFacts): void {
+  /** The checks of a streamed head (and the target's own precheck); throws before anything on the device changes. */
+  async refuseStreamedHead(head: Buffer, facts: HeadFacts): Promise<void> {
     const found = inspectImage(head);
     if (found.format !== 'raw') refuseUnsafe(found, 'raw', ['raw'], true);
     if (facts.compression === 'none' && facts.totalBytes !== undefined && facts.totalBytes > this.device.size) {
@@ -30,6 +30,7 @@ export class DeviceTarget {
         tooLarge: true,
       });
     }
+    await this.device.precheck?.({ head });
   }
 
   /** Clears partition-table and filesystem signatures and the first and last MiB: before a write, and after a failed one. */

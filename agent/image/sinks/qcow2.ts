@@ -9,7 +9,8 @@ import { constants } from 'node:fs';
 import { open } from 'node:fs/promises';
 import type { Config } from '../../config/config.ts';
 import { ImageWriteError, errorText } from '../../errors.ts';
-import { MEMORY_RESERVE, memAvailable } from '../buffer.ts';
+import { availableMemory } from '../../host/memory.ts';
+import { MEMORY_RESERVE } from '../buffer.ts';
 import { refuseUnsafe } from '../gates.ts';
 import type { ImageInfo } from '../image-info.ts';
 import { INSPECT_HEAD_BYTES, inspectImage } from '../inspect.ts';
@@ -29,11 +30,11 @@ export function streamsQcow2(info: Pick<ImageInfo, 'diskFormat'>, config: ImageC
   return info.diskFormat === 'qcow2' && config.qcow2SpoolMiB > 0;
 }
 
-/** RAM for qcow2 data that arrives before its table: the configured amount, within what the machine has free. */
+/** RAM for qcow2 data that arrives before its table: the configured amount, within what the machine (and the agent's memory cgroup) has free. */
 async function spoolBudget(configuredMiB: number): Promise<number> {
   const configured = configuredMiB * 1024 * 1024;
-  const free = await memAvailable();
-  return free === null ? configured : Math.max(0, Math.min(configured, free - MEMORY_RESERVE));
+  const free = await availableMemory();
+  return free === null ? configured : Math.max(0, Math.min(configured, free.bytes - MEMORY_RESERVE));
 }
 
 export class Qcow2Sink implements Sink {

@@ -57,12 +57,13 @@ export class QemuImgSink implements Sink<InspectedFile> {
     this.signal?.throwIfAborted();
     await guard.assertWritable(device, 'convert an image onto');
     log.info({ cmd: `prlimit ${args.join(' ')}` }, 'converting image');
-    const child = (this.child = spawnTool(...mortal('prlimit', args), {
+    const child = spawnTool(...mortal('prlimit', args), {
       env: { MALLOC_ARENA_MAX: '3', LC_ALL: 'C' },
       buffer: { stdout: false, stderr: true },
       stdin: 'ignore',
       ...(this.signal ? { cancelSignal: this.signal, forceKillAfterDelay: 2000 } : {}),
-    }));
+    });
+    this.child = child;
     child.stdout?.setEncoding('utf8').on('data', (text: string) => {
       const last = [...text.matchAll(/\((\d+(?:\.\d+)?)\/100%\)/g)].at(-1);
       if (last) this.onProgress(Math.round((input.virtualSize * Number(last[1])) / 100));

@@ -11,6 +11,18 @@ export interface SinkTarget {
   size: number;
   /** 512 or 4096; 512 for a file. */
   logicalSectorSize: number;
+  /**
+   * Refusals the caller can judge from the image before the device changes (image/prepare.ts: the config
+   * drive's room); throws an IPA wire error. Called once per attempt with the image as it will be on the device.
+   */
+  precheck?: (image: ImageView) => Promise<void>;
+}
+
+/** The image as it will be on the device: its first bytes always, any bytes when the whole image is at hand. */
+export interface ImageView {
+  head: Buffer;
+  /** Bytes from `offset` (fewer past the image's end), or null where they cannot be read. */
+  read?: (offset: number, length: number) => Promise<Buffer | null>;
 }
 
 /** What the gate knows when it hands the head over. */

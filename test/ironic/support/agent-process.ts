@@ -60,7 +60,10 @@ export async function startAgentProcess(opts: {
   closeSync(fd);
   if (child.pid !== undefined) noteStarted(inject('leftoversFile'), { kind: 'agent', pid: child.pid });
   let exitedFlag = false;
-  const exited = new Promise<void>((r) => child.once('exit', () => ((exitedFlag = true), r())));
+  const exited = new Promise<void>((r) => child.once('exit', () => {
+    exitedFlag = true;
+    r();
+  }));
   const log = () => readFile(logFile, 'utf8').catch(() => '');
   return {
     port,

@@ -9,6 +9,7 @@ export interface NodeView {
   target_provision_state: string | null;
   last_error: string | null;
   driver_internal_info: Record<string, unknown>;
+  instance_info: Record<string, unknown>;
 }
 
 export class Baremetal {

@@ -3,7 +3,7 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { makeDiskImage, qcow2WithBackingFile as backed, toQcow2 as convert } from '../../helpers/make-image.ts';
+import { compress, makeDiskImage, qcow2WithBackingFile as backed, toQcow2 as convert, type Packing } from '../../helpers/make-image.ts';
 
 /** Where make-image.ts puts the marker file in the root filesystem. */
 export const MARKER_PATH = '/ina-marker.txt';
@@ -39,6 +39,11 @@ export async function buildRawImage(dir: string, name: string): Promise<BuiltIma
 
 export async function toQcow2(dir: string, raw: BuiltImage, name: string): Promise<BuiltImage> {
   return describe(await convert(raw.file, join(dir, name)), raw.marker, raw.root);
+}
+
+/** The raw image compressed (`disk.raw.gz`, `disk.raw.zst`): the agent decodes it on the way to the disk. */
+export async function compressed(raw: BuiltImage, kind: Packing): Promise<BuiltImage> {
+  return describe(await compress(raw.file, kind), raw.marker, raw.root);
 }
 
 /** A qcow2 overlay whose backing file is `raw`: an image the agent must refuse to write. */

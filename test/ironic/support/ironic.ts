@@ -37,6 +37,8 @@ export interface IronicOptions {
 export interface RunningIronic {
   kind: IronicKind;
   url: string;
+  /** [deploy]http_url: the conductor's own HTTP server (image_download_source=local serves images there). */
+  httpUrl: string;
   runDir: string;
   requireTls: boolean;
   /** The `baremetal` CLI for this conductor: the host's for 21.4, the chroot's own for sid. */
@@ -77,10 +79,12 @@ export async function startIronic(opts: IronicOptions = {}): Promise<RunningIron
   }
   const url = started.stdout.trim();
   const apiVersion = kind === 'sid' ? '1.115' : '1.82';
+  const httpUrl = (await readFile(join(runDir, 'http-url'), 'utf8')).trim();
   const logOf = (name: string) => () => readFile(join(runDir, 'log', name), 'utf8').catch(() => '');
   return {
     kind,
     url,
+    httpUrl,
     runDir,
     requireTls,
     cli: kind === 'sid' ? ['bash', join(scripts, 'baremetal.sh')] : ['baremetal'],

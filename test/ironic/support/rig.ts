@@ -20,6 +20,8 @@ export interface RigOptions {
    *  exactly when the conductor requires TLS). */
   autoTls?: boolean;
   agentFlags?: Record<string, string>;
+  /** Node fields added to the enrollment (e.g. `automated_clean: false`). */
+  node?: Record<string, unknown>;
 }
 
 export interface Rig {
@@ -95,6 +97,7 @@ export async function createRig(name: string, opts: RigOptions = {}): Promise<Ri
         management_interface: 'noop', network_interface: 'noop',
         properties: { cpu_arch: 'x86_64', root_device: { name: disk.path } },
         ports: [{ address: mac }],
+        ...opts.node,
       }],
     }));
     await bm.run(['create', enrollment]);

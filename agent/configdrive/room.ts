@@ -1,0 +1,145 @@
+// Whether the config drive will find its place once the image is written, judged from the image before the
+// disk changes; otherwise the old disk is gone by the time the config drive step finds out. The rules are
+// partition.ts's: a partition labelled config-2 is reused if the drive fits it; else a new 64 MiB partition
+// goes into the largest free region (GPT, whose backup the image step moves to the disk's end) or after the
+// last partition (MBR, at most four primaries). A partition whose label cannot be seen (a streamed image
+// shows only its first 64 KiB) may be an old config-2 and be reused: the check refuses only what the write
+// would refuse too.
+import { ConfigDriveError } from '../errors.ts';
+import { mbrTailRegion, tailPlacement, MiB, type Region } from '../disk/partition-table.ts';
+import type { ImageView, SinkTarget } from '../image/sinks/sink.ts';
+import { identifyDrive, isConfigDriveLabel } from './format.ts';
+import { CONFIG_DRIVE_PARTITION_BYTES } from './partition.ts';
+import type { ConfigDriveImage } from './prepare.ts';
+
+interface Slot {
+  number: number;
+  /** Bytes. */
+  start: number;
+  size: number;
+}
+
+interface Table {
+  kind: 'gpt' | 'mbr';
+  slots: Slot[];
+  /** Why no new partition can be added, or null when one can. */
+  noNewPartition: string | null;
+}
+
+/** Bytes of a partition's start that hold the labels this check reads (ISO 9660's descriptor ends at 34 KiB). */
+const LABEL_BYTES = 64 * 1024;
+
+async function bytesAt(view: ImageView, offset: number, length: number): Promise<Buffer | null> {
+  if (offset + length <= view.head.length) return view.head.subarray(offset, offset + length);
+  return view.read ? view.read(offset, length) : null;
+}
+
+function largestRegions(slots: readonly Slot[], sectorSize: number, firstUsable: number, lastUsable: number): Region[] {
+  const used = slots.map((s) => ({ first: s.start / sectorSize, last: (s.start + s.size) / sectorSize - 1 })).sort((a, b) => a.first - b.first);
+  const gaps: Region[] = [];
+  let cursor = firstUsable;
+  for (const u of used) {
+    if (u.first > cursor) gaps.push({ first: cursor, last: u.first - 1 });
+    cursor = Math.max(cursor, u.last + 1);
+  }
+  if (lastUsable >= cursor) gaps.push({ first: cursor, last: lastUsable });
+  const most = Math.max(0, ...gaps.map((g) => g.last - g.first + 1));
+  return gaps.filter((g) => g.last - g.first + 1 === most);
+}
+
+function noRoom(diskPath: string, regions: readonly Region[], sectorSize: number): string | null {
+  if (regions.some((r) => tailPlacement(r, CONFIG_DRIVE_PARTITION_BYTES, sectorSize))) return null;
+  const free = regions.length ? (regions[0]!.last - regions[0]!.first + 1) * sectorSize : 0;
+  return `no room for a ${CONFIG_DRIVE_PARTITION_BYTES / MiB} MiB config drive partition on ${diskPath} after the image: its largest free region holds ${(free / MiB).toFixed(1)} MiB`;
+}
+
+async function readGpt(view: ImageView, disk: SinkTarget): Promise<Table | null | undefined> {
+  const ss = disk.logicalSectorSize;
+  const header = await bytesAt(view, ss, 92);
+  if (header?.toString('latin1', 0, 8) !== 'EFI PART') return undefined;
+  const firstUsable = Number(header.readBigUInt64LE(40));
+  const entriesLba = Number(header.readBigUInt64LE(72));
+  const count = header.readUInt32LE(80);
+  const entrySize = header.readUInt32LE(84);
+  if (entrySize < 128 || count > 4096) return null;
+  const entries = await bytesAt(view, entriesLba * ss, count * entrySize);
+  if (!entries) return null;
+  const slots: Slot[] = [];
+  for (let i = 0; i < count; i++) {
+    const e = entries.subarray(i * entrySize, (i + 1) * entrySize);
+    if (e.subarray(0, 16).every((b) => b === 0)) continue;
+    const first = Number(e.readBigUInt64LE(32));
+    const last = Number(e.readBigUInt64LE(40));
+    slots.push({ number: i + 1, start: first * ss, size: (last - first + 1) * ss });
+  }
+  // Where the image step puts the backup table: at the real end of the disk.
+  const lastLba = Math.floor(disk.size / ss) - 1;
+  const lastUsable = lastLba - Math.ceil((count * entrySize) / ss) - 1;
+  return { kind: 'gpt', slots, noNewPartition: noRoom(disk.path, largestRegions(slots, ss, firstUsable, lastUsable), ss) };
+}
+
+function readMbr(head: Buffer, disk: SinkTarget): Table | null {
+  if (head.length < 512 || head[510] !== 0x55 || head[511] !== 0xaa) return null;
+  const ss = disk.logicalSectorSize;
+  const slots: Slot[] = [];
+  for (let i = 0; i < 4; i++) {
+    const at = 446 + 16 * i;
+    if (head[at + 4] === 0) continue;
+    // A protective entry: a GPT for another sector size, which the table check after writing refuses.
+    if (head[at + 4] === 0xee) return null;
+    slots.push({ number: i + 1, start: head.readUInt32LE(at + 8) * ss, size: head.readUInt32LE(at + 12) * ss });
+  }
+  if (slots.length === 0) return null;
+  if (slots.length >= 4) {
+    return { kind: 'mbr', slots, noNewPartition: `the image uses MBR partitioning and already has ${slots.length} primary partitions` };
+  }
+  const region = mbrTailRegion(slots.map((s) => ({ ...s, uuid: '', type: '' })), disk.size, ss);
+  return { kind: 'mbr', slots, noNewPartition: noRoom(disk.path, [region], ss) };
+}
+
+/** A filesystem's label as blkid reports it: null when there is no filesystem it could be read from, undefined when unknown. */
+function fsLabel(bytes: Buffer): string | null | undefined {
+  const drive = identifyDrive(bytes);
+  if (drive) return drive.label;
+  if (bytes.length < 4096) return undefined;
+  if (bytes.readUInt16LE(1080) === 0xef53) return bytes.toString('latin1', 1144, 1160).replace(/\0.*$/s, '');
+  if (bytes.toString('latin1', 0, 4) === 'XFSB') return bytes.toString('latin1', 108, 120).replace(/\0.*$/s, '');
+  if (bytes.toString('latin1', 4086, 4096) === 'SWAPSPACE2') return bytes.toString('latin1', 1052, 1068).replace(/\0.*$/s, '');
+  if (bytes.every((b) => b === 0)) return null;
+  return undefined;
+}
+
+/** Why the config drive could not be written after this image, or null when it could (or that cannot be told). */
+export async function configDriveRoomProblem(view: ImageView, disk: SinkTarget, driveBytes: number): Promise<string | null> {
+  const gpt = await readGpt(view, disk);
+  const table = gpt === undefined ? readMbr(view.head, disk) : gpt;
+  if (!table) return null;
+  const seen: { slot: Slot; label: string | null | undefined }[] = [];
+  for (const slot of table.slots) {
+    const bytes = await bytesAt(view, slot.start, Math.min(slot.size, LABEL_BYTES));
+    seen.push({ slot, label: bytes ? fsLabel(bytes) : undefined });
+  }
+  const labelled = seen.filter((s) => isConfigDriveLabel(s.label)).map((s) => s.slot);
+  if (labelled.length > 1) {
+    return `more than one partition of the image is labelled "config-2" (partitions ${labelled.map((s) => s.number).join(', ')})`;
+  }
+  if (labelled.length === 1) {
+    const [slot] = labelled as [Slot];
+    return slot.size < driveBytes ? `the config drive (${driveBytes} bytes) does not fit the image's config-2 partition ${slot.number} (${slot.size} bytes)` : null;
+  }
+  if (!table.noNewPartition) return null;
+  // One whose label is unknown may be a config-2 the write would reuse.
+  if (seen.some((s) => s.label === undefined && s.slot.size >= driveBytes)) return null;
+  return `${table.noNewPartition}, and no partition of it is labelled "config-2"`;
+}
+
+/** The target's precheck for a deploy that adds `drive`: refuses the image before the disk changes. */
+export function configDriveRoomCheck(disk: SinkTarget, drive: ConfigDriveImage): (view: ImageView) => Promise<void> {
+  // A drive rebuilt as VFAT for larger sectors is sized to its partition; only an existing one must hold it as is.
+  const ss = disk.logicalSectorSize;
+  const driveBytes = drive.sectorSize < ss ? 0 : Math.ceil(drive.bytes.length / ss) * ss;
+  return async (view) => {
+    const problem = await configDriveRoomProblem(view, disk, driveBytes);
+    if (problem) throw new ConfigDriveError(`Config drive cannot be written to ${disk.path}: ${problem}; refused before writing the image`);
+  };
+}
