@@ -57,7 +57,7 @@ export class Qcow2Reader {
     let at = 0;
     while (at < chunk.length) {
       if (this.carried === 0 && chunk.length - at >= size) {
-        await this.cluster(chunk.subarray(at, at + size));
+        await this.cluster([chunk.subarray(at, at + size)], size);
         at += size;
         continue;
       }
@@ -92,37 +92,49 @@ export class Qcow2Reader {
   }
 
   private async flushCarry(): Promise<void> {
-    const bytes = this.carry.length === 1 ? this.carry[0]! : Buffer.concat(this.carry, this.carried);
-    this.carry.length = 0;
+    const pieces = this.carry.splice(0);
+    const length = this.carried;
     this.carried = 0;
-    await this.cluster(bytes);
+    await this.cluster(pieces, length);
   }
 
-  /** One host cluster (shorter only at the end of the image). */
-  private async cluster(bytes: Buffer): Promise<void> {
+  /**
+   * One host cluster (shorter only at the end of the image), in the pieces it arrived in: a data cluster,
+   * the bulk of an image, is written piece by piece, since joining them cost a copy and an allocation each.
+   */
+  private async cluster(pieces: Buffer[], length: number): Promise<void> {
     const size = this.layout.clusterSize;
     const index = this.position / size;
     const start = this.position;
-    this.position += bytes.length;
+    this.position += length;
+    let joined: Buffer | undefined;
+    const bytes = () => (joined ??= pieces.length === 1 ? pieces[0]! : Buffer.concat(pieces, length));
 
     const meta = this.claims.metadataAt(index);
-    if (meta === 'the L1 table') await this.l1Part(start, bytes);
+    if (meta === 'the L1 table') await this.l1Part(start, bytes());
     const role = this.claims.arrive(index);
-    if (role?.kind === 'l2') await this.l2Table(bytes, role.l1Index);
-    else if (role?.kind === 'data') await this.data(bytes, role.guest, role.subclusters);
+    if (role?.kind === 'l2') await this.l2Table(bytes(), role.l1Index);
+    else if (role?.kind === 'data') {
+      if (pieces.length > 1 && this.wholeData(length, role.guest, role.subclusters)) await this.dataPieces(pieces, role.guest);
+      else await this.data(bytes(), role.guest, role.subclusters);
+    }
 
     const ranges = this.claims.compressedAt.get(index);
     if (ranges) {
       for (const r of ranges) {
-        r.feed(start, bytes);
+        let at = start;
+        for (const piece of pieces) {
+          r.feed(at, piece);
+          at += piece.length;
+        }
         if (r.complete) await this.finishCompressed(r);
       }
       // A range still short of bytes (the image's last, partial cluster) is finished by end().
       const pending = ranges.some((r) => !r.complete);
       if (!pending && (this.allTablesKnown || this.claims.covered(index))) this.claims.forgetCompressed(index);
-      else if (!this.allTablesKnown) this.spool.keep(index, bytes, true);
+      else if (!this.allTablesKnown) this.spool.keep(index, bytes(), true);
     } else if (!meta && !role && !this.allTablesKnown) {
-      this.spool.keep(index, bytes, false);
+      this.spool.keep(index, bytes(), false);
     }
   }
 
@@ -225,6 +237,21 @@ export class Qcow2Reader {
     const { out, used } = inflateCluster(compression, range.bytes, clusterSize, range.guest);
     range.used = used;
     await this.emit(range.guest, out.subarray(0, Math.min(clusterSize, virtualSize - range.guest)));
+  }
+
+  /** Whether a data cluster of `length` bytes goes to the device as it is: all of it data, none past the end. */
+  private wholeData(length: number, guest: number, subclusters: number | null): boolean {
+    const full = subclusters === null || subclusters === 0xffffffff;
+    return full && length === this.layout.clusterSize && guest + length <= this.layout.virtualSize;
+  }
+
+  /** A data cluster that `wholeData` accepted, written in the pieces it arrived in. */
+  private async dataPieces(pieces: Buffer[], guest: number): Promise<void> {
+    let at = guest;
+    for (const piece of pieces) {
+      await this.emit(at, piece);
+      at += piece.length;
+    }
   }
 
   private async data(bytes: Buffer, guest: number, subclusters: number | null): Promise<void> {
