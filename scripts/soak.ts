@@ -4,15 +4,18 @@
 // SUCCEEDED or FAILED with an error that says what happened, the agent must stay up, and what it holds
 // (open file descriptors, child processes, attached loop devices, buffer files, RSS) must be the same at
 // the end as after the first ten deploys. SOAK_DEPLOYS (default 300), SOAK_SEED (default 17),
-// SOAK_MAX_S (default 1800: the run stops there and says so). With SUITE_REPORT set (by .ci/run), the
-// counts are also written there as JSON in vitest's shape.
+// SOAK_MAX_S (default 1800: the run stops there and says so). Between deploys, hostile requests from
+// docs/safety.md (prototype-chain names, deep JSON, an oversized body, a digest of the wrong length, a
+// truncated qcow2, a config drive without room) must get their documented answers. With SUITE_REPORT set
+// (by .ci/run), the counts are also written there as JSON in vitest's shape.
 import { createHash } from 'node:crypto';
 import { mkdir, readdir, readFile, readlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { request as httpRequest } from 'node:http';
 import { execa } from 'execa';
 import { startAgentChild, type AgentChild } from '../test/helpers/agent-child.ts';
-import { buildIso } from '../test/helpers/configdrive.ts';
-import { attachLoop, detachLoop, GiB, type LoopDevice } from '../test/helpers/loop.ts';
+import { buildIso, toWire } from '../test/helpers/configdrive.ts';
+import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from '../test/helpers/loop.ts';
 import { compress, makeDiskImage, toQcow2, workDir } from '../test/helpers/make-image.ts';
 import { startRawHttpServer, type Behaviour } from '../test/helpers/raw-http-server.ts';
 
@@ -64,6 +67,84 @@ async function resources(pid: number, bufferDir: string): Promise<Resources> {
   return { fds, children, loops, buffers, rssMiB: Number(rss) / 1024 };
 }
 
+/**
+ * Requests a hostile client sends (docs/safety.md): each resolves with what was wrong about the answer, or
+ * null when it was the documented one.
+ */
+interface HostileContext {
+  truncatedUrl: string;
+  truncatedSha: string;
+  /** A raw image with four MBR primaries, and a config drive for it. */
+  fourUrl: string;
+  fourSha: string;
+  drive: string;
+}
+
+interface Hostile {
+  name: string;
+  send(url: string, ctx: HostileContext): Promise<string | null>;
+}
+
+async function postText(url: string, body: string): Promise<{ status: number; text: string }> {
+  const res = await fetch(`${url}/v1/commands/?wait=true`, { method: 'POST', body, signal: AbortSignal.timeout(120_000) });
+  return { status: res.status, text: await res.text() };
+}
+
+function expectAnswer(got: { status: number; text: string }, status: number, pattern: RegExp): string | null {
+  return got.status === status && pattern.test(got.text) ? null : `HTTP ${got.status} ${got.text.slice(0, 200)}`;
+}
+
+/** Declares a 100 MB body and sends 1 MiB of it: the agent must answer 413 from the header alone. */
+function oversized(url: string): Promise<string | null> {
+  return new Promise((resolve) => {
+    const req = httpRequest(`${url}/v1/commands/`, { method: 'POST', headers: { 'content-length': 100_000_000 } });
+    req.on('response', (res) => {
+      res.resume();
+      resolve(res.statusCode === 413 ? null : `HTTP ${res.statusCode}`);
+      req.destroy();
+    });
+    req.on('error', (err) => resolve(`no answer: ${err.message}`));
+    req.write(Buffer.alloc(MiB, 0x20));
+  });
+}
+
+const HOSTILE: Hostile[] = [
+  { name: 'prototype-name', send: async (url) => expectAnswer(await postText(url, '{"name": "constructor.keys", "params": {}}'), 404, /Extension with id constructor not found/) },
+  { name: 'deep-json', send: async (url) => expectAnswer(await postText(url, `{"name": "clean.execute_clean_step", "params": {"step": ${'['.repeat(100_000)}${']'.repeat(100_000)}}}`), 400, /nesting deeper than/) },
+  { name: 'oversized-body', send: (url) => oversized(url) },
+  {
+    name: 'wrong-length-digest',
+    send: async (url) =>
+      expectAnswer(
+        await postText(url, JSON.stringify({ name: 'standby.prepare_image', params: { image_info: { id: 'x', urls: ['http://127.0.0.1:9/x'], os_hash_algo: 'sha512', os_hash_value: 'a'.repeat(64) } } })),
+        400,
+        /is not a sha512 digest/,
+      ),
+  },
+  {
+    name: 'truncated-qcow2',
+    send: async (url, ctx) => {
+      const info = { id: 'truncated', urls: [ctx.truncatedUrl], disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: ctx.truncatedSha };
+      const got = await postText(url, JSON.stringify({ name: 'standby.prepare_image', params: { image_info: info } }));
+      // The server's random faults may end it earlier, with their own clear error; it must never succeed.
+      const r = JSON.parse(got.text) as { command_status?: string; command_error?: { details?: string } | null };
+      return r.command_status === 'FAILED' && r.command_error?.details ? null : `HTTP ${got.status} ${got.text.slice(0, 200)}`;
+    },
+  },
+  {
+    name: 'no-config-drive-room',
+    send: async (url, ctx) => {
+      const info = { id: 'four', urls: [ctx.fourUrl], disk_format: 'raw', stream_raw_images: false, os_hash_algo: 'sha256', os_hash_value: ctx.fourSha };
+      const got = await postText(url, JSON.stringify({ name: 'standby.prepare_image', params: { image_info: info, configdrive: ctx.drive } }));
+      const r = JSON.parse(got.text) as { command_status?: string; command_error?: { type?: string; details?: string } | null };
+      // A download fault may end it first, with its own clear error; a config drive error must be the early one.
+      if (r.command_status !== 'FAILED' || !r.command_error?.details) return `HTTP ${got.status} ${got.text.slice(0, 200)}`;
+      if (r.command_error.type === 'ConfigDriveError' && !/refused before writing the image/.test(r.command_error.details)) return r.command_error.details;
+      return null;
+    },
+  },
+];
+
 const show = (r: Resources) => `fds ${r.fds}, children ${r.children}, loop devices ${r.loops}, buffer files ${r.buffers}, RSS ${r.rssMiB.toFixed(1)} MiB`;
 
 async function main(): Promise<void> {
@@ -78,6 +159,7 @@ async function main(): Promise<void> {
   let failedClearly = 0;
   const lost: string[] = [];
   const errors = new Map<string, number>();
+  const hostile = new Map<string, number>();
   let first: Resources | undefined;
   let last: Resources | undefined;
   let done = 0;
@@ -94,6 +176,21 @@ async function main(): Promise<void> {
     const digests: Record<string, string> = { raw: sha, gzip: '', zstd: '', xz: '', qcow2: createHash('sha256').update(qcow2).digest('hex') };
     for (const kind of ['gzip', 'zstd', 'xz']) digests[kind] = createHash('sha256').update(await readFile(`${raw}.${kind === 'gzip' ? 'gz' : kind === 'zstd' ? 'zst' : 'xz'}`)).digest('hex');
     const paths = ['raw', 'gzip', 'zstd', 'xz', 'qcow2', 'checksum-url', 'config-drive-url'] as const;
+    const truncated = qcow2.subarray(0, Math.floor(qcow2.length / 2));
+    const truncatedUrl = server.serve('truncated.qcow2', truncated);
+    const truncatedSha = createHash('sha256').update(truncated).digest('hex');
+    const fourFile = join(work.dir, 'four.raw');
+    await execa('truncate', ['-s', '16M', fourFile]);
+    const part = (a: number, b: number) => ['mkpart', 'primary', 'ext4', `${a}MiB`, `${b}MiB`];
+    await execa('parted', ['-s', fourFile, 'mklabel', 'msdos', ...part(1, 4), ...part(4, 7), ...part(7, 10), ...part(10, 13)]);
+    const four = await readFile(fourFile);
+    const hostileContext: HostileContext = {
+      truncatedUrl,
+      truncatedSha,
+      fourUrl: server.serve('four.raw', four),
+      fourSha: createHash('sha256').update(four).digest('hex'),
+      drive: toWire(await buildIso()),
+    };
 
     loop = await attachLoop(5 * GiB);
     agent = await startAgentChild(loop.path, {
@@ -129,6 +226,15 @@ async function main(): Promise<void> {
       } catch (err) {
         lost.push(`deploy ${i} (${path}): ${(err as Error).message}`);
       }
+      // Between deploys, one hostile request (docs/safety.md): each must get its documented answer.
+      const attack = HOSTILE[i % HOSTILE.length]!;
+      try {
+        const why = await attack.send(agent.url, hostileContext);
+        if (why) lost.push(`hostile ${attack.name} after deploy ${i}: ${why}`);
+        else hostile.set(attack.name, (hostile.get(attack.name) ?? 0) + 1);
+      } catch (err) {
+        lost.push(`hostile ${attack.name} after deploy ${i}: ${(err as Error).message}`);
+      }
       done = i + 1;
       if (!agent.alive()) {
         lost.push(`the agent died after deploy ${i}:\n${agent.output.slice(-20).join('\n')}`);
@@ -142,6 +248,12 @@ async function main(): Promise<void> {
     if (agent.alive()) {
       last = await resources(agent.pid, bufferDir);
       console.log(`soak: after ${done} deploys: ${show(last)}`);
+      if (last.children > 0) {
+        for (const p of await readdir('/proc')) {
+          const stat = /^\d+$/.test(p) ? await readFile(`/proc/${p}/stat`, 'utf8').catch(() => '') : '';
+          if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === agent.pid) console.log(`soak: child: ${stat.slice(0, 80)}`);
+        }
+      }
       const fds = await readdir(`/proc/${agent.pid}/fd`);
       if (first && last.fds > first.fds) {
         console.log(`soak: open files: ${(await Promise.all(fds.map((f) => readlink(`/proc/${agent!.pid}/fd/${f}`).catch(() => '?')))).join(', ')}`);
@@ -155,6 +267,7 @@ async function main(): Promise<void> {
   }
 
   for (const [text, n] of [...errors].sort((a, b) => b[1] - a[1])) console.log(`  ${String(n).padStart(4)} × ${text}`);
+  console.log(`soak: hostile requests answered as documented: ${[...hostile].map(([k, n]) => `${k} ${n}`).join(', ') || 'none'}`);
   for (const text of lost) console.log(`soak: LOST ${text}`);
   // Flat means: nothing more held at the end than after the first ten; RSS may move with V8's heap sizing.
   const checks: [string, boolean][] = [

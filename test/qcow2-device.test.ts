@@ -11,7 +11,9 @@ import { readDevice } from './helpers/image-agent.ts';
 import { withLoops } from './helpers/loop.ts';
 import { workDir } from './helpers/make-image.ts';
 import { buildImage, content, KiB, MiB, referenceRaw, type Spec } from './helpers/qcow2-corpus.ts';
-import { open } from 'node:fs/promises';
+import { mkdir, open, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { LogRing } from '../agent/log.ts';
 
 let dir: string;
 let cleanup: () => Promise<void>;
@@ -46,29 +48,49 @@ async function paintAll(path: string, size: number): Promise<void> {
   }
 }
 
+/** Streams `spec`'s image through the sink onto a painted loop device and compares it with qemu-img's bytes. */
+async function streamOnto(spec: Spec, sectorSize: number, log = pino({ level: 'silent' })): Promise<void> {
+  const file = await buildImage(dir, { ...spec, name: `${spec.name}-${sectorSize}` });
+  const image = await readFile(file);
+  const reference = await referenceRaw(file, dir);
+  await withLoops([DEVICE], async ([dev]) => {
+    await paintAll(dev!.path, DEVICE);
+    const target = new DeviceTarget({ path: dev!.path, size: DEVICE, logicalSectorSize: sectorSize }, new DeviceGuard([dev!.path]), log);
+    const sink = await Qcow2Sink.open('none', target, 'qcow2', config.image);
+    try {
+      await sink.checkHead(image.subarray(0, sink.headBytes), { totalBytes: image.length, compression: 'none' });
+      await sink.write((async function* () {
+        for (let at = 0; at < image.length; at += 100 * KiB + 7) yield image.subarray(at, at + 100 * KiB + 7);
+      })());
+      const result = await sink.finish();
+      expect(result.bytes).toBe(reference.length);
+    } finally {
+      await sink.release();
+    }
+    expect((await readDevice(dev!.path, 0, reference.length)).equals(reference)).toBe(true);
+    // Between the image's end and the last MiB (which clearing the signatures zeroes), the paint is intact.
+    const beyond = await readDevice(dev!.path, reference.length, DEVICE - MiB);
+    expect(beyond.equals(Buffer.alloc(beyond.length, 0x5c))).toBe(true);
+  }, { sectorSize });
+}
+
 describe.each([512, 4096])('streamed qcow2 onto a %i-byte-sector loop device', (sectorSize) => {
-  it.each(specs.map((s) => [s.name, s] as const))('%s', async (_name, spec) => {
-    const file = await buildImage(dir, { ...spec, name: `${spec.name}-${sectorSize}` });
-    const image = await readFile(file);
-    const reference = await referenceRaw(file, dir);
-    await withLoops([DEVICE], async ([dev]) => {
-      await paintAll(dev!.path, DEVICE);
-      const target = new DeviceTarget({ path: dev!.path, size: DEVICE, logicalSectorSize: sectorSize }, new DeviceGuard([dev!.path]), pino({ level: 'silent' }));
-      const sink = await Qcow2Sink.open('none', target, 'qcow2', config.image);
-      try {
-        await sink.checkHead(image.subarray(0, sink.headBytes), { totalBytes: image.length, compression: 'none' });
-        await sink.write((async function* () {
-          for (let at = 0; at < image.length; at += 100 * KiB + 7) yield image.subarray(at, at + 100 * KiB + 7);
-        })());
-        const result = await sink.finish();
-        expect(result.bytes).toBe(reference.length);
-      } finally {
-        await sink.release();
-      }
-      expect((await readDevice(dev!.path, 0, reference.length)).equals(reference)).toBe(true);
-      // Between the image's end and the last MiB (which clearing the signatures zeroes), the paint is intact.
-      const beyond = await readDevice(dev!.path, reference.length, DEVICE - MiB);
-      expect(beyond.equals(Buffer.alloc(beyond.length, 0x5c))).toBe(true);
-    }, { sectorSize });
+  it.each(specs.map((s) => [s.name, s] as const))('%s', async (_name, spec) => streamOnto(spec, sectorSize));
+});
+
+describe('a device that will not zero a range itself (blkdiscard fails)', () => {
+  it('gets the zeros written instead, the same bytes, with a warning', async () => {
+    const bin = join(dir, 'failing-bin');
+    await mkdir(bin, { recursive: true });
+    await writeFile(join(bin, 'blkdiscard'), '#!/bin/sh\necho "BLKZEROOUT ioctl failed: Operation not supported" >&2\nexit 1\n', { mode: 0o755 });
+    const path = process.env.PATH;
+    process.env.PATH = `${bin}:${path}`;
+    const ring = new LogRing();
+    try {
+      await streamOnto({ ...specs[1]!, name: 'no-zeroout' }, 512, pino({ base: null }, ring));
+    } finally {
+      process.env.PATH = path;
+    }
+    expect(ring.tail().filter((l) => l.includes('the device would not zero a range itself; writing the zeros instead'))).toHaveLength(1);
   });
 });

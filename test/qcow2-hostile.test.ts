@@ -144,7 +144,26 @@ describe('failed, and the disk left without a label (only later bytes show it)',
   });
 });
 
-describe('more data before its tables than the spool may hold', () => {
+describe('what the reader cannot take goes the buffered route', () => {
+  it('an image with an internal snapshot: refused for streaming at its header, deployed from the buffer, said in the log and the progress', async () => {
+    // MBR: the agent moves a GPT's backup header to the disk's end, which would differ from the reference.
+    const mbr = await makeDiskImage(work.dir, { table: 'mbr', sizeMiB: 8, name: 'snap.raw', randomKiB: 2048 });
+    const file = join(work.dir, 'snap.qcow2');
+    await execa('qemu-img', ['convert', '-q', '-f', 'raw', '-O', 'qcow2', mbr.path, file]);
+    await execa('qemu-img', ['snapshot', '-c', 'before', file]);
+    await execa('qemu-io', ['-f', 'qcow2', '-c', 'write -P 0x77 1M 64K', file]);
+    const reference = join(work.dir, 'snap.ref');
+    await execa('qemu-img', ['convert', '-f', 'qcow2', '-O', 'raw', file, reference]);
+    const log = new LogRing();
+    const r = await deploy(await readFile(file), {}, log);
+    expect(r.command_error).toBeNull();
+    const ref = await readFile(reference);
+    expect((await readDevice(loop.path, 0, ref.length)).equals(ref)).toBe(true);
+    const lines = log.tail().map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(lines.find((l) => l.msg === 'the image cannot be streamed; downloading it again into the buffer')?.reason).toMatch(/internal snapshots/);
+    expect(lines.find((l) => l.phase === 'convert' && typeof l.fallback === 'string')?.fallback).toMatch(/internal snapshots/);
+  });
+
   it('is deployed by the buffered path instead, which the log and the progress say', async () => {
     // 4 KiB clusters: one L1 entry maps 2 MiB. Growing the image past its L1 table moves the table to the
     // end of the file, after every L2 table and data cluster.

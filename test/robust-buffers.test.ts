@@ -69,8 +69,8 @@ it('a buffered deploy (at the least convert memory limit) first deletes what a d
     const leftover = join(dir, `ina-image-${dead}.${await startTimeOf(process.pid)}-old-00000000`);
     await writeFile(leftover, Buffer.alloc(MiB));
     await withLoops([16 * MiB], async ([loop]) => {
-      // At the least convert memory limit the configuration accepts: it must be enough for a real conversion.
-      const a = await startImageAgent(loop!.path, { 'ipa-image-buffer-dir': dir, 'ipa-image-convert-memory-limit': '384' });
+      // The buffered route (qcow2 streaming off), at the least convert memory limit the configuration accepts.
+      const a = await startImageAgent(loop!.path, { 'ipa-image-buffer-dir': dir, 'ipa-image-convert-memory-limit': '384', 'ina-qcow2-stream-spool': '0' });
       try {
         const r = await runToEnd(a.url, 'standby.prepare_image', {
           image_info: { id: 'b', urls: [url], os_hash_algo: 'sha256', os_hash_value: digest, disk_format: 'qcow2' },

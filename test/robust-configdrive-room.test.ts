@@ -1,7 +1,8 @@
 // The config drive's room is judged from the image before the disk changes (#18 item 3): a full disk, four
 // MBR primaries, an existing config-2 too small are refused with the disk untouched, from a buffered raw
-// image and from a qcow2 (compressed too) alike. What the write would accept (an old config-2 big enough
-// on a full disk) is not refused; a streamed image whose labels lie beyond its head is judged after writing.
+// image and a buffered qcow2 (compressed too) alike. What the write would accept (an old config-2 big
+// enough on a full disk) is not refused; a streamed image (raw, or qcow2 on its streaming route) whose
+// labels lie beyond its head is judged after writing, as before.
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -28,12 +29,12 @@ afterAll(async () => {
 });
 
 /** Deploys `file` with the config drive onto a fresh painted loop device of `diskBytes`; returns the result and whether the disk is untouched. */
-async function deploy(file: string, diskBytes: number, info: Record<string, unknown>, configdrive = drive): Promise<{ r: CommandJson; untouched: boolean; p2Label: string }> {
+async function deploy(file: string, diskBytes: number, info: Record<string, unknown>, configdrive = drive, flags: Record<string, string> = BUFFERED): Promise<{ r: CommandJson; untouched: boolean; p2Label: string }> {
   const url = await images.serveFile(`${Math.random()}-${file.split('/').at(-1)}`, file);
   const digest = createHash('sha256').update(await readFile(file)).digest('hex');
   return withLoops([diskBytes], async ([loop]) => {
     await paint(loop!.path, loop!.sizeBytes);
-    const a = await startImageAgent(loop!.path);
+    const a = await startImageAgent(loop!.path, flags);
     try {
       const r = await runToEnd(a.url, 'standby.prepare_image', {
         image_info: { id: 'room', urls: [url], os_hash_algo: 'sha256', os_hash_value: digest, ...info },
@@ -55,6 +56,8 @@ async function putConfig2(image: string, at: number, kib: number): Promise<void>
 }
 
 const BUFFERED_RAW = { disk_format: 'raw', stream_raw_images: false };
+/** qcow2 takes the buffered route (its streaming route off). */
+const BUFFERED: Record<string, string> = { 'ina-qcow2-stream-spool': '0' };
 const refusedBefore = /^Config drive cannot be written to \/dev\/loop\d+: .*; refused before writing the image$/;
 
 describe('the config drive room, checked before writing', { timeout: 120_000 }, () => {
@@ -68,7 +71,7 @@ describe('the config drive room, checked before writing', { timeout: 120_000 }, 
     expect(untouched).toBe(true);
   });
 
-  it('the same image as a compressed qcow2: read through its tables, refused with the disk untouched', async () => {
+  it('the same image as a compressed qcow2, buffered: read through its tables, refused with the disk untouched', async () => {
     const img = await makeDiskImage(work.dir, { sizeMiB: 40, name: 'fullc.raw' });
     const qcow2 = `${img.path}.qcow2`;
     await execa('qemu-img', ['convert', '-q', '-c', '-f', 'raw', '-O', 'qcow2', img.path, qcow2]);
@@ -89,7 +92,7 @@ describe('the config drive room, checked before writing', { timeout: 120_000 }, 
     expect(untouched).toBe(true);
   });
 
-  it("an image whose own config-2 partition is too small for the drive (qcow2): refused with the disk untouched", async () => {
+  it("an image whose own config-2 partition is too small for the drive (buffered qcow2): refused with the disk untouched", async () => {
     const file = join(work.dir, 'small-c2.raw');
     await execa('truncate', ['-s', '40M', file]);
     await execa('sgdisk', ['-n', '1:2048:+30M', '-n', '2:0:+2M', file]);
@@ -116,9 +119,14 @@ describe('the config drive room, checked before writing', { timeout: 120_000 }, 
     expect(p2Label).toBe('config-2');
   });
 
-  it('streamed, the labels lie beyond the head: the same full disk is judged after writing, as before', async () => {
-    const img = await makeDiskImage(work.dir, { sizeMiB: 40, name: 'fulls.raw' });
-    const { r, untouched } = await deploy(img.path, 40 * MiB, { disk_format: 'raw', stream_raw_images: true });
+  it.each([
+    ['raw', { disk_format: 'raw', stream_raw_images: true }],
+    ['qcow2', { disk_format: 'qcow2' }],
+  ])('streamed %s, the labels lie beyond the head: the same full disk is judged after writing, as before', async (kind, info) => {
+    const img = await makeDiskImage(work.dir, { sizeMiB: 40, name: `fulls-${kind}.raw` });
+    const file = kind === 'raw' ? img.path : `${img.path}.qcow2`;
+    if (kind === 'qcow2') await execa('qemu-img', ['convert', '-q', '-f', 'raw', '-O', 'qcow2', img.path, file]);
+    const { r, untouched } = await deploy(file, 40 * MiB, info, drive, {});
     expect(r.command_error).toMatchObject({ type: 'ConfigDriveError' });
     expect(r.command_error!.details).toMatch(/^No room for a 64 MiB config drive partition/);
     expect(untouched).toBe(false);

@@ -1,5 +1,7 @@
-// What can be known before writing is checked before writing: a qcow2 whose tables point past its end (a
-// truncated file) is refused before conversion, with the disk untouched.
+// What can be known before writing is checked before writing: a buffered qcow2 whose tables point past its
+// end (a truncated file) is refused before conversion, with the disk untouched. The streamed qcow2 route has
+// its own reader's checks (test/qcow2-hostile.test.ts); here it must only never report the truncated image
+// deployed.
 import { createHash } from 'node:crypto';
 import { open, readFile, truncate } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -23,10 +25,11 @@ afterAll(async () => {
   await work?.cleanup();
 });
 
-async function deployQcow2(file: string) {
+/** The buffered route (qemu-img after inspection) unless `streamed`. */
+async function deployQcow2(file: string, streamed = false) {
   const url = await images.serveFile(`${Math.random()}.qcow2`, file);
   const digest = createHash('sha256').update(await readFile(file)).digest('hex');
-  const a = await startImageAgent(loop.path);
+  const a = await startImageAgent(loop.path, streamed ? {} : { 'ina-qcow2-stream-spool': '0' });
   try {
     return await runToEnd(a.url, 'standby.prepare_image', {
       image_info: { id: 'q', urls: [url], os_hash_algo: 'sha256', os_hash_value: digest, disk_format: 'qcow2' },
@@ -64,6 +67,14 @@ describe('checks made before writing', () => {
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error).toMatchObject({ type: 'InvalidImage', details: "the qcow2 image's cluster size (2^40 bytes) is outside 512 B to 2 MiB" });
     expect(await isPainted(loop.path, loop.sizeBytes)).toBe(true);
+  });
+
+  it('the truncated qcow2 on the streamed route fails too, never SUCCEEDED', async () => {
+    const qcow2 = await toQcow2((await makeDiskImage(work.dir, { sizeMiB: 16, randomKiB: 8 * 1024, name: 'trunc-s' })).path);
+    await truncate(qcow2, Math.floor((await readFile(qcow2)).length / 2));
+    const r = await deployQcow2(qcow2, true);
+    expect(r.command_status).toBe('FAILED');
+    expect(r.command_error).toMatchObject({ type: 'InvalidImage' });
   });
 
   it('the same image whole is deployed', async () => {

@@ -8,9 +8,9 @@ import { verifyDigest, type ExpectedDigest } from './checksum.ts';
 import { refuseUnsafe } from './gates.ts';
 import type { HashWorker } from './hash-worker.ts';
 import { INSPECT_HEAD_BYTES, inspectImage } from './inspect.ts';
-import { assertQcow2Within } from './qcow2-extent.ts';
-import { openQcow2Guest } from './qcow2-guest.ts';
-import { readAt } from './read-at.ts';
+import { assertQcow2Within } from './qcow2/extent.ts';
+import { openQcow2Guest, type Qcow2Guest } from './qcow2/guest.ts';
+import { readAt } from './qcow2/read-at.ts';
 import type { ImageView, SinkTarget } from './sinks/sink.ts';
 import type { ProgressMeter } from '../progress.ts';
 
@@ -53,7 +53,7 @@ export async function inspectBuffer(file: string, declared: string | undefined, 
     });
   }
   if (found.format === 'qcow2') await assertQcow2Within(file, size);
-  if (device.precheck) await precheck(device.precheck, file, found.format, head);
+  if (device.precheck) await precheck(device.precheck, file, found.format, head, size);
   return { file, format: found.format, virtualSize, size, head };
 }
 
@@ -67,14 +67,23 @@ async function readFileAt(file: string, offset: number, length: number): Promise
 }
 
 /** Runs the target's precheck on the image as it will be on the device: the file itself, or what a qcow2 describes. */
-async function precheck(check: (image: ImageView) => Promise<void>, file: string, format: string, head: Buffer): Promise<void> {
+async function precheck(check: (image: ImageView) => Promise<void>, file: string, format: string, head: Buffer, size: number): Promise<void> {
   if (format === 'raw') return check({ head, read: (offset, length) => readFileAt(file, offset, length) });
   // Other formats' contents are not read here; the checks after the write still apply to them.
   if (format !== 'qcow2') return;
-  const guest = await openQcow2Guest(file);
+  // The guest is read for this check only: what its decoders refuse leaves the check unable to tell, and
+  // qemu-img judges the image as before.
+  let guest: Qcow2Guest;
+  let guestHead: Buffer;
   try {
-    const guestHead = await guest.read(0, INSPECT_HEAD_BYTES);
-    if (guestHead) await check({ head: guestHead, read: guest.read });
+    guest = await openQcow2Guest(file, size);
+    guestHead = await guest.read(0, INSPECT_HEAD_BYTES);
+  } catch {
+    return;
+  }
+  const read = (offset: number, length: number) => guest.read(offset, length).catch(() => null);
+  try {
+    await check({ head: guestHead, read });
   } finally {
     await guest.close();
   }

@@ -21,6 +21,9 @@ const ALIGN = 4096;
 /** Zero runs at least this long go to the device's zeroing; shorter ones are not worth a tool's start. */
 const ZEROOUT_MIN = 4 * MiB;
 
+/** A `put` source of zeros. */
+const fill = (block: Buffer, at: number, _from: number, n: number) => void block.fill(0, at, at + n);
+
 declare const WebAssembly: { Memory: new (descriptor: { initial: number }) => { buffer: ArrayBuffer } };
 
 interface Partial {
@@ -43,7 +46,10 @@ export class PositionalWriter implements WriteTarget {
   private closed = false;
   /** Cleared when the device refused to zero a range: zeros are written from memory from then on. */
   private zeroout = true;
-  private zeroing: Promise<unknown> = Promise.resolve();
+  /** The device's zeroing, one range at a time, alongside the writes (other ranges). */
+  private zeroing: Promise<void> = Promise.resolve();
+  /** Ranges the device would not zero: written from memory by finish(). */
+  private readonly unzeroed: [number, number][] = [];
 
   private constructor(
     private readonly fh: FileHandle,
@@ -74,7 +80,6 @@ export class PositionalWriter implements WriteTarget {
 
   async zero(offset: number, length: number): Promise<void> {
     this.bounds(offset, length);
-    const fill = (block: Buffer, at: number, _from: number, n: number) => void block.fill(0, at, at + n);
     const start = Math.ceil(offset / ALIGN) * ALIGN;
     const end = Math.floor((offset + length) / ALIGN) * ALIGN;
     if (!this.zeroout || end - start < ZEROOUT_MIN) {
@@ -82,24 +87,25 @@ export class PositionalWriter implements WriteTarget {
       return;
     }
     await this.put(offset, start - offset, fill);
-    if (!(await this.zeroOut(start, end - start))) await this.put(start, end - start, fill);
+    this.zeroing = this.zeroing.then(() => this.zeroOut(start, end - start));
     await this.put(end, offset + length - end, fill);
   }
 
   /**
-   * Has the device zero `length` bytes at `start` (4 KiB-aligned); false when it cannot, so that the caller
-   * writes them. Writes in flight cover other ranges: each guest byte is placed once.
+   * Has the device zero `length` bytes at `start` (4 KiB-aligned) while the stream goes on; each guest byte is
+   * placed once, so no write in flight covers the range. A range the device refuses is written by finish().
    */
-  private async zeroOut(start: number, length: number): Promise<boolean> {
-    const done = run('blkdiscard', ['--zeroout', '--offset', String(start), '--length', String(length), this.path], { timeoutMs: 0 });
-    this.zeroing = done.catch(() => undefined);
+  private async zeroOut(start: number, length: number): Promise<void> {
+    if (!this.zeroout || this.closed) {
+      this.unzeroed.push([start, length]);
+      return;
+    }
     try {
-      await done;
-      return true;
+      await run('blkdiscard', ['--zeroout', '--offset', String(start), '--length', String(length), this.path], { timeoutMs: 0 });
     } catch (err) {
       this.log.warn({ device: this.path, err: errorText(err) }, 'the device would not zero a range itself; writing the zeros instead');
       this.zeroout = false;
-      return false;
+      this.unzeroed.push([start, length]);
     }
   }
 
@@ -200,6 +206,8 @@ export class PositionalWriter implements WriteTarget {
 
   /** Writes what is still gathered and makes everything durable. */
   async finish(): Promise<void> {
+    await this.zeroing;
+    for (const [start, length] of this.unzeroed.splice(0)) await this.put(start, length, fill);
     await this.endRun();
     await Promise.all([...this.inFlight, this.singleWrite]);
     if (this.failure) throw this.failure;

@@ -4,7 +4,7 @@
 // Checked on the buffer file before the disk is touched: the L1 table, every L2 table it names, every data
 // cluster those name, and the refcount table, all within the file.
 import { open } from 'node:fs/promises';
-import { InvalidImage } from '../errors.ts';
+import { InvalidImage } from '../../errors.ts';
 import { readAt } from './read-at.ts';
 
 /** Bits 9–55 of an L1 or L2 entry: the host offset of the table or cluster. */
