@@ -22,6 +22,7 @@ import { readFile } from 'node:fs/promises';
 
 /** Serves one image slowly (256 KiB every 100 ms) and remembers whether the client hung up before the end. */
 class DripServer {
+  requests = 0;
   hungUp = false;
   finished = false;
   sent = 0;
@@ -34,6 +35,7 @@ class DripServer {
   static async start(data: Buffer): Promise<DripServer> {
     let self!: DripServer;
     const server = createServer((_req, res) => {
+      self.requests++;
       self.responses.add(res);
       res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': data.length });
       let at = 0;
@@ -104,7 +106,8 @@ afterAll(async () => {
 
 /** The slow deploy was stopped and wiped; the fast one, started after, is exactly what the disk holds. */
 async function expectOnlyFastImage(drip: DripServer): Promise<void> {
-  expect(drip.hungUp).toBe(true);
+  // Cancelled while downloading (the agent hung up), or, on a loaded machine, before its request went out.
+  expect(drip.hungUp || drip.requests === 0).toBe(true);
   expect(drip.finished).toBe(false);
   const sentAtEnd = drip.sent;
   await new Promise((r) => setTimeout(r, 500));
