@@ -36,7 +36,8 @@ export function mortal(file: string, args: readonly string[]): [string, string[]
 }
 
 /** By its path where it is one, so that a tool missing from PATH is reported as that tool, not setpriv. */
-const SETPRIV = ['/usr/bin/setpriv', '/bin/setpriv', '/usr/sbin/setpriv', '/sbin/setpriv'].find((p) => existsSync(p)) ?? 'setpriv';
+const SETPRIV =
+  ['/usr/bin/setpriv', '/bin/setpriv', '/usr/sbin/setpriv', '/sbin/setpriv'].find((p) => existsSync(p)) ?? 'setpriv';
 
 /** setpriv's own failure to execute the tool (exit 127 and its message), as opposed to the tool's exit. */
 function notExecuted(exitCode: number | undefined, stderr: string): boolean {
@@ -61,10 +62,13 @@ export async function run(file: string, args: readonly string[], opts: RunOption
       ? 'timed out'
       : result.isCanceled
         ? 'cancelled'
-      : (result.cause as NodeJS.ErrnoException | undefined)?.code === 'ENOENT' || notExecuted(result.exitCode, String(result.stderr ?? ''))
-        ? 'not installed'
-        : `exit code ${exitCode}`;
-    const stderr = String(result.stderr ?? '').trim().slice(0, 2000);
+        : (result.cause as NodeJS.ErrnoException | undefined)?.code === 'ENOENT' ||
+            notExecuted(result.exitCode, String(result.stderr ?? ''))
+          ? 'not installed'
+          : `exit code ${exitCode}`;
+    const stderr = String(result.stderr ?? '')
+      .trim()
+      .slice(0, 2000);
     throw new ToolError(`${line} failed (${why})${stderr ? `: ${stderr}` : ''}`);
   }
   return { stdout: String(result.stdout ?? ''), stderr: String(result.stderr ?? ''), exitCode };

@@ -22,7 +22,12 @@ export interface CrashReport {
 /** EX_SOFTWARE: an internal error, for whoever reads the exit status. */
 export const CRASH_EXIT_CODE = 70;
 
-export function installLastWords(deps: { log: Logger; state: AgentState; executor: CommandExecutor; statusFile?: string }): void {
+export function installLastWords(deps: {
+  log: Logger;
+  state: AgentState;
+  executor: CommandExecutor;
+  statusFile?: string;
+}): void {
   const { log, state, executor, statusFile } = deps;
   let dying = false;
   // An unhandled rejection arrives here too (Node's default --unhandled-rejections=throw).
@@ -30,11 +35,17 @@ export function installLastWords(deps: { log: Logger; state: AgentState; executo
     if (dying) return;
     dying = true;
     const stack = (err instanceof Error ? err.stack : undefined) ?? String(err);
-    const report: CrashReport = { at: Date.now() / 1000, error: err instanceof Error ? `${err.name}: ${err.message}` : String(err), stack };
+    const report: CrashReport = {
+      at: Date.now() / 1000,
+      error: err instanceof Error ? `${err.name}: ${err.message}` : String(err),
+      stack,
+    };
     const running = executor.current();
     if (running?.status === 'RUNNING') {
       report.command = { id: running.id, name: running.commandName };
-      const why = new CommandExecutionError(`the agent process failed while running this command and restarts: ${report.error}`);
+      const why = new CommandExecutionError(
+        `the agent process failed while running this command and restarts: ${report.error}`,
+      );
       running.finish('FAILED', null, why.toCommandError());
     }
     // Each step on its own: a failing one (a full disk, a closed stream) must not keep the others from happening.
@@ -45,19 +56,35 @@ export function installLastWords(deps: { log: Logger; state: AgentState; executo
         // nothing left to report it to
       }
     };
-    attempt(() => log.fatal({ origin, command: report.command, stack }, `uncaught exception, exiting for a restart: ${report.error}`));
+    attempt(() =>
+      log.fatal(
+        { origin, command: report.command, stack },
+        `uncaught exception, exiting for a restart: ${report.error}`,
+      ),
+    );
     attempt(flushLogsSync);
-    attempt(() => appendFileSync(2, `ironic-node-agent: uncaught exception${report.command ? ` during ${report.command.name}` : ''}, exiting for a restart:\n${stack}\n`));
+    attempt(() =>
+      appendFileSync(
+        2,
+        `ironic-node-agent: uncaught exception${report.command ? ` during ${report.command.name}` : ''}, exiting for a restart:\n${stack}\n`,
+      ),
+    );
     // The token goes along so that the next run can still heartbeat: the conductor hands it out only once.
     const token = state.agentToken ?? undefined;
     const tls = state.autoTls ?? undefined;
-    if (statusFile) attempt(() => writeStatusSync(statusFile, { ...statusDocument(state, executor), crash: report, token, tls }));
+    if (statusFile)
+      attempt(() => writeStatusSync(statusFile, { ...statusDocument(state, executor), crash: report, token, tls }));
     process.exit(CRASH_EXIT_CODE);
   });
 }
 
-/** The crash recorded in the status file by the previous run of the agent, if it ended in one, with its token and certificate. */
-export function previousCrash(statusFile: string): Pick<StatusFile, 'token' | 'tls'> & { crash: CrashReport } | undefined {
+/**
+ * The crash recorded in the status file by the previous run of the agent, if it ended in one, with its token and
+ * certificate.
+ */
+export function previousCrash(
+  statusFile: string,
+): (Pick<StatusFile, 'token' | 'tls'> & { crash: CrashReport }) | undefined {
   try {
     const doc = JSON.parse(readFileSync(statusFile, 'utf8')) as StatusFile;
     return doc.crash ? { crash: doc.crash, token: doc.token, tls: doc.tls } : undefined;

@@ -38,7 +38,10 @@ async function main(): Promise<void> {
   const config = readConfig();
   const log = createLogger({ debug: config.debug, file: config.logFile });
   if (config.notActedOn.length > 0) {
-    log.warn({ params: config.notActedOn }, `accepted for IPA compatibility but not acted on: ${config.notActedOn.join(', ')}`);
+    log.warn(
+      { params: config.notActedOn },
+      `accepted for IPA compatibility but not acted on: ${config.notActedOn.join(', ')}`,
+    );
   }
   const agent = createAgent(config, log);
   const { state } = agent.services;
@@ -102,7 +105,11 @@ function stopOn(agent: Agent, config: Config, log: Logger, stopServing: () => Pr
       const cancelled = agent.executor.cancel(`the agent received ${signal} and stopped during this command`);
       await Promise.race([cancelled, new Promise((r) => setTimeout(r, CANCEL_GRACE_MS).unref())]);
       if (running.status === 'RUNNING') {
-        running.finish('FAILED', null, new CommandExecutionError(`the agent received ${signal} and stopped during this command`).toCommandError());
+        running.finish(
+          'FAILED',
+          null,
+          new CommandExecutionError(`the agent received ${signal} and stopped during this command`).toCommandError(),
+        );
       }
       log.warn({ signal, command: name, id: running.id, error: running.error }, `${name} interrupted by ${signal}`);
       if (config.statusFile) {

@@ -49,7 +49,10 @@ export class ProgressMeter {
     this.lastLog = this.phaseStart;
     this.ticker = setInterval(() => this.idle(), IDLE_REPORT_MS).unref();
     const size = total !== null ? ` (${(total / MiB).toFixed(1)} MiB)` : '';
-    this.log.info({ ...this.lasting, ...context, phase, bytes_total: total }, `${this.subject} ${phase} started${size}`);
+    this.log.info(
+      { ...this.lasting, ...context, phase, bytes_total: total },
+      `${this.subject} ${phase} started${size}`,
+    );
     this.emit(true);
   }
 
@@ -64,7 +67,10 @@ export class ProgressMeter {
     const snap = this.snapshot();
     const phaseS = Number(((Date.now() - this.phaseStart) / 1000).toFixed(3));
     const moved = snap.bytes_done > 0 ? ` (${formatProgress({ ...snap, bytes_total: null, eta_s: null })})` : '';
-    this.log.info({ ...this.context, phase: this.phase, phase_s: phaseS, bytes_done: snap.bytes_done }, `${this.subject} ${this.phase} took ${phaseS} s${moved}`);
+    this.log.info(
+      { ...this.context, phase: this.phase, phase_s: phaseS, bytes_done: snap.bytes_done },
+      `${this.subject} ${this.phase} took ${phaseS} s${moved}`,
+    );
   }
 
   /** A fact that holds from now on (why a deploy left its route): in every later report and phase log line. */
@@ -93,7 +99,15 @@ export class ProgressMeter {
     const seconds = (Date.now() - this.phaseStart) / 1000;
     const rate = seconds > 0 ? Math.round(this.done / seconds) : 0;
     const eta = this.total !== null && rate > 0 ? Math.max(0, Math.round((this.total - this.done) / rate)) : null;
-    return { ...this.lasting, ...this.context, phase: this.phase, bytes_done: this.done, bytes_total: this.total, rate_bps: rate, eta_s: eta };
+    return {
+      ...this.lasting,
+      ...this.context,
+      phase: this.phase,
+      bytes_done: this.done,
+      bytes_total: this.total,
+      rate_bps: rate,
+      eta_s: eta,
+    };
   }
 
   /** Reports to the command result; logs only every LOG_EVERY_MS (phase starts and ends log on their own). */

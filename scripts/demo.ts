@@ -23,15 +23,40 @@ async function buildConfigDrive(dir: string): Promise<string> {
   const meta = { uuid: 'ina-demo-node', name: 'demo', hostname: 'demo.example', public_keys: {} };
   await writeFile(join(tree, 'openstack', 'latest', 'meta_data.json'), JSON.stringify(meta));
   const iso = join(dir, 'configdrive.iso');
-  await execa('genisoimage', ['-quiet', '-o', iso, '-ldots', '-allow-lowercase', '-allow-multidot', '-l', '-J', '-r', '-V', 'config-2', tree]);
+  await execa('genisoimage', [
+    '-quiet',
+    '-o',
+    iso,
+    '-ldots',
+    '-allow-lowercase',
+    '-allow-multidot',
+    '-l',
+    '-J',
+    '-r',
+    '-V',
+    'config-2',
+    tree,
+  ]);
   return gzipSync(await readFile(iso)).toString('base64');
 }
 
 /** Starts `agent/main.ts` standalone on an ephemeral loopback port; resolves with its URL. */
 async function startAgent(device: string): Promise<{ url: string; child: ResultPromise }> {
   // One process (no npx/tsx wrapper in between), so that SIGTERM reaches the agent itself.
-  const child = execa(process.execPath, ['--import', 'tsx', join(root, 'agent/main.ts'), '--standalone', '--kernel-cmdline=/dev/null',
-    '--ipa-listen-host=127.0.0.1', '--ipa-listen-port=0', `--device-allowlist=${device}`], { cwd: root, reject: false, buffer: false });
+  const child = execa(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      join(root, 'agent/main.ts'),
+      '--standalone',
+      '--kernel-cmdline=/dev/null',
+      '--ipa-listen-host=127.0.0.1',
+      '--ipa-listen-port=0',
+      `--device-allowlist=${device}`,
+    ],
+    { cwd: root, reject: false, buffer: false },
+  );
   child.stderr?.pipe(process.stderr);
   const lines = createInterface({ input: child.stdout! });
   return new Promise((resolve, reject) => {
@@ -63,7 +88,9 @@ async function waitWithProgress(url: string): Promise<any> {
     const cmd = commands.at(-1);
     if (cmd.command_status !== 'RUNNING') return cmd;
     const p = cmd.command_result;
-    const line = p ? `${p.phase}: ${(p.bytes_done / MiB).toFixed(1)} of ${p.bytes_total ? (p.bytes_total / MiB).toFixed(1) : '?'} MiB, ${(p.rate_bps / MiB).toFixed(1)} MiB/s, eta ${p.eta_s ?? '?'} s` : 'starting';
+    const line = p
+      ? `${p.phase}: ${(p.bytes_done / MiB).toFixed(1)} of ${p.bytes_total ? (p.bytes_total / MiB).toFixed(1) : '?'} MiB, ${(p.rate_bps / MiB).toFixed(1)} MiB/s, eta ${p.eta_s ?? '?'} s`
+      : 'starting';
     if (line !== last) console.log(`   progress │ ${line}`);
     last = line;
     await new Promise((r) => setTimeout(r, 200));
@@ -100,13 +127,33 @@ async function main(): Promise<void> {
 
     say('standby.prepare_image');
     await post(started.url, 'standby.prepare_image', {
-      image_info: { id: 'demo-disk.raw', urls: [url], disk_format: 'raw', stream_raw_images: true, os_hash_algo: 'sha256', os_hash_value: digest },
+      image_info: {
+        id: 'demo-disk.raw',
+        urls: [url],
+        disk_format: 'raw',
+        stream_raw_images: true,
+        os_hash_algo: 'sha256',
+        os_hash_value: digest,
+      },
       configdrive,
     });
     const result = await waitWithProgress(started.url);
-    console.log(indent(JSON.stringify({ status: result.command_status, result: result.command_result, error: result.command_error }, null, 2)));
+    console.log(
+      indent(
+        JSON.stringify(
+          { status: result.command_status, result: result.command_result, error: result.command_error },
+          null,
+          2,
+        ),
+      ),
+    );
     if (result.command_status !== 'SUCCEEDED') throw new Error('prepare_image failed');
-    const uuids = await (await fetch(`${started.url}/v1/commands/?wait=true`, { method: 'POST', body: JSON.stringify({ name: 'standby.get_partition_uuids', params: {} }) })).json() as { command_result: unknown };
+    const uuids = (await (
+      await fetch(`${started.url}/v1/commands/?wait=true`, {
+        method: 'POST',
+        body: JSON.stringify({ name: 'standby.get_partition_uuids', params: {} }),
+      })
+    ).json()) as { command_result: unknown };
     console.log(indent(`get_partition_uuids: ${JSON.stringify(uuids.command_result)}`));
 
     say('The partition table on the loop device');
@@ -120,18 +167,38 @@ async function main(): Promise<void> {
     await fh.read(onDisk, 0, onDisk.length, start);
     await fh.close();
     const same = onDisk.equals(data.subarray(start, end));
-    console.log(indent(`root partition bytes (${(end - start) / MiB} MiB) identical to the image: ${same ? 'yes' : 'NO'}`));
-    const marker = (await execa('debugfs', ['-R', 'cat /ina-marker.txt', `${loop.path}p1`], { stderr: 'ignore' })).stdout.trim();
-    console.log(indent(`marker read back with debugfs: ${marker} (${marker === image.marker ? 'matches' : 'DIFFERS'})`));
-    const label = (await execa('blkid', ['-p', '-o', 'value', '-s', 'LABEL', `${loop.path}p2`], { reject: false })).stdout.trim();
-    const meta = (await execa('isoinfo', ['-R', '-i', `${loop.path}p2`, '-x', '/openstack/latest/meta_data.json'], { reject: false })).stdout;
-    console.log(indent(`config drive partition ${loop.path}p2: label ${label || '?'}, meta_data.json ${meta || '(unreadable)'}`));
+    console.log(
+      indent(`root partition bytes (${(end - start) / MiB} MiB) identical to the image: ${same ? 'yes' : 'NO'}`),
+    );
+    const marker = (
+      await execa('debugfs', ['-R', 'cat /ina-marker.txt', `${loop.path}p1`], { stderr: 'ignore' })
+    ).stdout.trim();
+    console.log(
+      indent(`marker read back with debugfs: ${marker} (${marker === image.marker ? 'matches' : 'DIFFERS'})`),
+    );
+    const label = (
+      await execa('blkid', ['-p', '-o', 'value', '-s', 'LABEL', `${loop.path}p2`], { reject: false })
+    ).stdout.trim();
+    const meta = (
+      await execa('isoinfo', ['-R', '-i', `${loop.path}p2`, '-x', '/openstack/latest/meta_data.json'], {
+        reject: false,
+      })
+    ).stdout;
+    console.log(
+      indent(`config drive partition ${loop.path}p2: label ${label || '?'}, meta_data.json ${meta || '(unreadable)'}`),
+    );
     if (!same || marker !== image.marker) throw new Error('the disk does not hold the image');
     say('Done: the image is on the disk, verified.');
   } finally {
     if (agent) {
       agent.kill('SIGTERM');
-      const stopped = await Promise.race([agent.then(() => true, () => true), new Promise((r) => setTimeout(() => r(false), 5000))]);
+      const stopped = await Promise.race([
+        agent.then(
+          () => true,
+          () => true,
+        ),
+        new Promise((r) => setTimeout(() => r(false), 5000)),
+      ]);
       if (!stopped) agent.kill('SIGKILL');
     }
     await server?.close();

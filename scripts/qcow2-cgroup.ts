@@ -17,7 +17,11 @@ const root = new URL('..', import.meta.url).pathname;
 const LIMIT = 512 * MiB;
 const VIRTUAL = 8 * GiB;
 
-interface Cgroup { dir: string; procs: string; peak(): Promise<number> }
+interface Cgroup {
+  dir: string;
+  procs: string;
+  peak(): Promise<number>;
+}
 
 async function makeCgroup(name: string): Promise<Cgroup> {
   const v1 = '/sys/fs/cgroup/memory';
@@ -25,13 +29,21 @@ async function makeCgroup(name: string): Promise<Cgroup> {
     const dir = join(v1, name);
     await mkdir(dir);
     await writeFile(join(dir, 'memory.limit_in_bytes'), String(LIMIT));
-    return { dir, procs: join(dir, 'cgroup.procs'), peak: async () => Number(await readFile(join(dir, 'memory.max_usage_in_bytes'), 'utf8')) };
+    return {
+      dir,
+      procs: join(dir, 'cgroup.procs'),
+      peak: async () => Number(await readFile(join(dir, 'memory.max_usage_in_bytes'), 'utf8')),
+    };
   }
   const dir = join('/sys/fs/cgroup', name);
   await mkdir(dir);
   await writeFile(join(dir, 'memory.max'), String(LIMIT));
   await writeFile(join(dir, 'memory.swap.max'), '0').catch(() => undefined);
-  return { dir, procs: join(dir, 'cgroup.procs'), peak: async () => Number(await readFile(join(dir, 'memory.peak'), 'utf8').catch(() => 'NaN')) };
+  return {
+    dir,
+    procs: join(dir, 'cgroup.procs'),
+    peak: async () => Number(await readFile(join(dir, 'memory.peak'), 'utf8').catch(() => 'NaN')),
+  };
 }
 
 /** 8 GiB virtual, 48 MiB of random data every 512 MiB (768 MiB of data), a GPT so the partition check passes. */
@@ -53,10 +65,24 @@ async function buildImage(dir: string): Promise<string> {
 
 async function deployInCgroup(name: string, device: string, bufferDir: string, url: string, flags: string[]) {
   const cg = await makeCgroup(name);
-  const args = ['--import', 'tsx', 'agent/main.ts', '--standalone', '--kernel-cmdline=/dev/null', '--ipa-listen-host=127.0.0.1',
-    '--ipa-listen-port=0', `--device-allowlist=${device}`, `--ipa-image-buffer-dir=${bufferDir}`, ...flags];
+  const args = [
+    '--import',
+    'tsx',
+    'agent/main.ts',
+    '--standalone',
+    '--kernel-cmdline=/dev/null',
+    '--ipa-listen-host=127.0.0.1',
+    '--ipa-listen-port=0',
+    `--device-allowlist=${device}`,
+    `--ipa-image-buffer-dir=${bufferDir}`,
+    ...flags,
+  ];
   // The shell joins the cgroup, then becomes the agent: everything it starts is charged there too.
-  const child = execa('sh', ['-c', `echo $$ > ${cg.procs} && exec "$@"`, 'sh', process.execPath, ...args], { cwd: root, reject: false, buffer: false });
+  const child = execa('sh', ['-c', `echo $$ > ${cg.procs} && exec "$@"`, 'sh', process.execPath, ...args], {
+    cwd: root,
+    reject: false,
+    buffer: false,
+  });
   try {
     const api = await new Promise<string>((resolve, reject) => {
       createInterface({ input: child.stdout! }).on('line', (line) => {
@@ -67,13 +93,29 @@ async function deployInCgroup(name: string, device: string, bufferDir: string, u
     const started = Date.now();
     const post = await fetch(`${api}/v1/commands/?wait=false`, {
       method: 'POST',
-      body: JSON.stringify({ name: 'standby.prepare_image', params: { image_info: { id: 'big', urls: [url], disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: process.env.DIGEST } } }),
+      body: JSON.stringify({
+        name: 'standby.prepare_image',
+        params: {
+          image_info: {
+            id: 'big',
+            urls: [url],
+            disk_format: 'qcow2',
+            os_hash_algo: 'sha256',
+            os_hash_value: process.env.DIGEST,
+          },
+        },
+      }),
     });
     let cmd = (await post.json()) as { command_status: string; command_error: unknown };
     while (cmd.command_status === 'RUNNING') {
       await new Promise((r) => setTimeout(r, 500));
       const r = await fetch(`${api}/v1/commands/`).catch(() => null);
-      if (!r) return { outcome: 'the agent died (killed by the cgroup OOM killer)', seconds: (Date.now() - started) / 1000, peak: await cg.peak() };
+      if (!r)
+        return {
+          outcome: 'the agent died (killed by the cgroup OOM killer)',
+          seconds: (Date.now() - started) / 1000,
+          peak: await cg.peak(),
+        };
       cmd = ((await r.json()) as { commands: (typeof cmd)[] }).commands.at(-1)!;
     }
     const error = cmd.command_error ? `: ${JSON.stringify(cmd.command_error).slice(0, 300)}` : '';
@@ -82,7 +124,13 @@ async function deployInCgroup(name: string, device: string, bufferDir: string, u
     child.kill('SIGKILL');
     await child;
     for (let i = 0; i < 50; i++) {
-      if (await rmdir(cg.dir).then(() => true, () => false)) break;
+      if (
+        await rmdir(cg.dir).then(
+          () => true,
+          () => false,
+        )
+      )
+        break;
       await new Promise((r) => setTimeout(r, 100));
     }
   }
@@ -104,18 +152,30 @@ async function main(): Promise<void> {
     console.log(`qcow2 file: ${(Number(size) / MiB).toFixed(0)} MiB; cgroup memory limit ${LIMIT / MiB} MiB`);
 
     const streamed = await deployInCgroup('ina-qcow2-streamed', loop.path, bufferDir, url, []);
-    console.log(`streamed: ${streamed.outcome} in ${streamed.seconds.toFixed(1)} s, cgroup peak ${(streamed.peak / MiB).toFixed(1)} MiB`);
+    console.log(
+      `streamed: ${streamed.outcome} in ${streamed.seconds.toFixed(1)} s, cgroup peak ${(streamed.peak / MiB).toFixed(1)} MiB`,
+    );
     if (streamed.outcome === 'SUCCEEDED') {
       // The GPT's headers differ by design (the backup is moved to the disk's real end), so the bytes
       // between the first and last MiB are compared with qemu-img's own conversion.
       const reference = join(work.dir, 'big.ref.raw');
       await execa('qemu-img', ['convert', '-f', 'qcow2', '-O', 'raw', qcow2, reference]);
-      const same = await execa('cmp', [`--ignore-initial=${MiB}`, `--bytes=${VIRTUAL - 2 * MiB}`, reference, loop.path], { reject: false });
-      console.log(`  device vs qemu-img convert -O raw, bytes 1 MiB..8 GiB-1 MiB: ${same.exitCode === 0 ? 'identical' : `DIFFERENT ${same.stdout} ${same.stderr}`}`);
+      const same = await execa(
+        'cmp',
+        [`--ignore-initial=${MiB}`, `--bytes=${VIRTUAL - 2 * MiB}`, reference, loop.path],
+        { reject: false },
+      );
+      console.log(
+        `  device vs qemu-img convert -O raw, bytes 1 MiB..8 GiB-1 MiB: ${same.exitCode === 0 ? 'identical' : `DIFFERENT ${same.stdout} ${same.stderr}`}`,
+      );
       await rm(reference);
     }
-    const buffered = await deployInCgroup('ina-qcow2-buffered', loop.path, bufferDir, url, ['--ina-qcow2-stream-spool=0']);
-    console.log(`buffered: ${buffered.outcome} after ${buffered.seconds.toFixed(1)} s, cgroup peak ${(buffered.peak / MiB).toFixed(1)} MiB`);
+    const buffered = await deployInCgroup('ina-qcow2-buffered', loop.path, bufferDir, url, [
+      '--ina-qcow2-stream-spool=0',
+    ]);
+    console.log(
+      `buffered: ${buffered.outcome} after ${buffered.seconds.toFixed(1)} s, cgroup peak ${(buffered.peak / MiB).toFixed(1)} MiB`,
+    );
     const ok = streamed.outcome === 'SUCCEEDED' && buffered.outcome !== 'SUCCEEDED';
     console.log(ok ? 'RESULT: streamed fits in 512 MiB, buffered does not' : 'RESULT: NOT SHOWN');
     process.exitCode = ok ? 0 : 1;

@@ -86,7 +86,11 @@ interface Hostile {
 }
 
 async function postText(url: string, body: string): Promise<{ status: number; text: string }> {
-  const res = await fetch(`${url}/v1/commands/?wait=true`, { method: 'POST', body, signal: AbortSignal.timeout(120_000) });
+  const res = await fetch(`${url}/v1/commands/?wait=true`, {
+    method: 'POST',
+    body,
+    signal: AbortSignal.timeout(120_000),
+  });
   return { status: res.status, text: await res.text() };
 }
 
@@ -109,14 +113,46 @@ function oversized(url: string): Promise<string | null> {
 }
 
 const HOSTILE: Hostile[] = [
-  { name: 'prototype-name', send: async (url) => expectAnswer(await postText(url, '{"name": "constructor.keys", "params": {}}'), 404, /Extension with id constructor not found/) },
-  { name: 'deep-json', send: async (url) => expectAnswer(await postText(url, `{"name": "clean.execute_clean_step", "params": {"step": ${'['.repeat(100_000)}${']'.repeat(100_000)}}}`), 400, /nesting deeper than/) },
+  {
+    name: 'prototype-name',
+    send: async (url) =>
+      expectAnswer(
+        await postText(url, '{"name": "constructor.keys", "params": {}}'),
+        404,
+        /Extension with id constructor not found/,
+      ),
+  },
+  {
+    name: 'deep-json',
+    send: async (url) =>
+      expectAnswer(
+        await postText(
+          url,
+          `{"name": "clean.execute_clean_step", "params": {"step": ${'['.repeat(100_000)}${']'.repeat(100_000)}}}`,
+        ),
+        400,
+        /nesting deeper than/,
+      ),
+  },
   { name: 'oversized-body', send: (url) => oversized(url) },
   {
     name: 'wrong-length-digest',
     send: async (url) =>
       expectAnswer(
-        await postText(url, JSON.stringify({ name: 'standby.prepare_image', params: { image_info: { id: 'x', urls: ['http://127.0.0.1:9/x'], os_hash_algo: 'sha512', os_hash_value: 'a'.repeat(64) } } })),
+        await postText(
+          url,
+          JSON.stringify({
+            name: 'standby.prepare_image',
+            params: {
+              image_info: {
+                id: 'x',
+                urls: ['http://127.0.0.1:9/x'],
+                os_hash_algo: 'sha512',
+                os_hash_value: 'a'.repeat(64),
+              },
+            },
+          }),
+        ),
         400,
         /is not a sha512 digest/,
       ),
@@ -124,28 +160,55 @@ const HOSTILE: Hostile[] = [
   {
     name: 'truncated-qcow2',
     send: async (url, ctx) => {
-      const info = { id: 'truncated', urls: [ctx.truncatedUrl], disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: ctx.truncatedSha };
+      const info = {
+        id: 'truncated',
+        urls: [ctx.truncatedUrl],
+        disk_format: 'qcow2',
+        os_hash_algo: 'sha256',
+        os_hash_value: ctx.truncatedSha,
+      };
       const got = await postText(url, JSON.stringify({ name: 'standby.prepare_image', params: { image_info: info } }));
       // The server's random faults may end it earlier, with their own clear error; it must never succeed.
       const r = JSON.parse(got.text) as { command_status?: string; command_error?: { details?: string } | null };
-      return r.command_status === 'FAILED' && r.command_error?.details ? null : `HTTP ${got.status} ${got.text.slice(0, 200)}`;
+      return r.command_status === 'FAILED' && r.command_error?.details
+        ? null
+        : `HTTP ${got.status} ${got.text.slice(0, 200)}`;
     },
   },
   {
     name: 'no-config-drive-room',
     send: async (url, ctx) => {
-      const info = { id: 'four', urls: [ctx.fourUrl], disk_format: 'raw', stream_raw_images: false, os_hash_algo: 'sha256', os_hash_value: ctx.fourSha };
-      const got = await postText(url, JSON.stringify({ name: 'standby.prepare_image', params: { image_info: info, configdrive: ctx.drive } }));
-      const r = JSON.parse(got.text) as { command_status?: string; command_error?: { type?: string; details?: string } | null };
+      const info = {
+        id: 'four',
+        urls: [ctx.fourUrl],
+        disk_format: 'raw',
+        stream_raw_images: false,
+        os_hash_algo: 'sha256',
+        os_hash_value: ctx.fourSha,
+      };
+      const got = await postText(
+        url,
+        JSON.stringify({ name: 'standby.prepare_image', params: { image_info: info, configdrive: ctx.drive } }),
+      );
+      const r = JSON.parse(got.text) as {
+        command_status?: string;
+        command_error?: { type?: string; details?: string } | null;
+      };
       // A download fault may end it first, with its own clear error; a config drive error must be the early one.
-      if (r.command_status !== 'FAILED' || !r.command_error?.details) return `HTTP ${got.status} ${got.text.slice(0, 200)}`;
-      if (r.command_error.type === 'ConfigDriveError' && !/refused before writing the image/.test(r.command_error.details)) return r.command_error.details;
+      if (r.command_status !== 'FAILED' || !r.command_error?.details)
+        return `HTTP ${got.status} ${got.text.slice(0, 200)}`;
+      if (
+        r.command_error.type === 'ConfigDriveError' &&
+        !/refused before writing the image/.test(r.command_error.details)
+      )
+        return r.command_error.details;
       return null;
     },
   },
 ];
 
-const show = (r: Resources) => `fds ${r.fds}, children ${r.children}, loop devices ${r.loops}, buffer files ${r.buffers}, RSS ${r.rssMiB.toFixed(1)} MiB`;
+const show = (r: Resources) =>
+  `fds ${r.fds}, children ${r.children}, loop devices ${r.loops}, buffer files ${r.buffers}, RSS ${r.rssMiB.toFixed(1)} MiB`;
 
 async function main(): Promise<void> {
   const work = await workDir('ina-soak-');
@@ -168,13 +231,23 @@ async function main(): Promise<void> {
     const image = await readFile(raw);
     const sha = createHash('sha256').update(image).digest('hex');
     const urls: Record<string, string> = { raw: server.serve('image.raw', image) };
-    for (const kind of ['gzip', 'zstd', 'xz'] as const) urls[kind] = server.serve(`image.${kind}`, await readFile(await compress(raw, kind)));
+    for (const kind of ['gzip', 'zstd', 'xz'] as const)
+      urls[kind] = server.serve(`image.${kind}`, await readFile(await compress(raw, kind)));
     const qcow2 = await readFile(await toQcow2(raw));
     urls.qcow2 = server.serve('image.qcow2', qcow2);
     const sums = server.serve('SHA256SUMS', `${sha}  image.raw\n`);
     const drive = server.serve('config-drive.iso', await buildIso());
-    const digests: Record<string, string> = { raw: sha, gzip: '', zstd: '', xz: '', qcow2: createHash('sha256').update(qcow2).digest('hex') };
-    for (const kind of ['gzip', 'zstd', 'xz']) digests[kind] = createHash('sha256').update(await readFile(`${raw}.${kind === 'gzip' ? 'gz' : kind === 'zstd' ? 'zst' : 'xz'}`)).digest('hex');
+    const digests: Record<string, string> = {
+      raw: sha,
+      gzip: '',
+      zstd: '',
+      xz: '',
+      qcow2: createHash('sha256').update(qcow2).digest('hex'),
+    };
+    for (const kind of ['gzip', 'zstd', 'xz'])
+      digests[kind] = createHash('sha256')
+        .update(await readFile(`${raw}.${kind === 'gzip' ? 'gz' : kind === 'zstd' ? 'zst' : 'xz'}`))
+        .digest('hex');
     const paths = ['raw', 'gzip', 'zstd', 'xz', 'qcow2', 'checksum-url', 'config-drive-url'] as const;
     const truncated = qcow2.subarray(0, Math.floor(qcow2.length / 2));
     const truncatedUrl = server.serve('truncated.qcow2', truncated);
@@ -182,7 +255,16 @@ async function main(): Promise<void> {
     const fourFile = join(work.dir, 'four.raw');
     await execa('truncate', ['-s', '16M', fourFile]);
     const part = (a: number, b: number) => ['mkpart', 'primary', 'ext4', `${a}MiB`, `${b}MiB`];
-    await execa('parted', ['-s', fourFile, 'mklabel', 'msdos', ...part(1, 4), ...part(4, 7), ...part(7, 10), ...part(10, 13)]);
+    await execa('parted', [
+      '-s',
+      fourFile,
+      'mklabel',
+      'msdos',
+      ...part(1, 4),
+      ...part(4, 7),
+      ...part(7, 10),
+      ...part(10, 13),
+    ]);
     const four = await readFile(fourFile);
     const hostileContext: HostileContext = {
       truncatedUrl,
@@ -210,13 +292,24 @@ async function main(): Promise<void> {
       const path = paths[i % paths.length]!;
       const kind = path === 'checksum-url' || path === 'config-drive-url' ? 'raw' : path;
       const info = {
-        id: `soak-${i}`, urls: [urls[kind]!], disk_format: kind === 'qcow2' ? 'qcow2' : 'raw', stream_raw_images: true,
-        os_hash_algo: 'sha256', os_hash_value: path === 'checksum-url' ? sums : digests[kind],
+        id: `soak-${i}`,
+        urls: [urls[kind]!],
+        disk_format: kind === 'qcow2' ? 'qcow2' : 'raw',
+        stream_raw_images: true,
+        os_hash_algo: 'sha256',
+        os_hash_value: path === 'checksum-url' ? sums : digests[kind],
       };
       const params = { image_info: info, ...(path === 'config-drive-url' ? { configdrive: drive } : {}) };
       try {
-        const res = await fetch(`${agent.url}/v1/commands/?wait=true`, { method: 'POST', body: JSON.stringify({ name: 'standby.prepare_image', params }), signal: AbortSignal.timeout(120_000) });
-        const r = (await res.json()) as { command_status: string; command_error: { type: string; details: string } | null };
+        const res = await fetch(`${agent.url}/v1/commands/?wait=true`, {
+          method: 'POST',
+          body: JSON.stringify({ name: 'standby.prepare_image', params }),
+          signal: AbortSignal.timeout(120_000),
+        });
+        const r = (await res.json()) as {
+          command_status: string;
+          command_error: { type: string; details: string } | null;
+        };
         if (r.command_status === 'SUCCEEDED') succeeded++;
         else if (r.command_status === 'FAILED' && r.command_error?.type && r.command_error.details) {
           failedClearly++;
@@ -251,12 +344,15 @@ async function main(): Promise<void> {
       if (last.children > 0) {
         for (const p of await readdir('/proc')) {
           const stat = /^\d+$/.test(p) ? await readFile(`/proc/${p}/stat`, 'utf8').catch(() => '') : '';
-          if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === agent.pid) console.log(`soak: child: ${stat.slice(0, 80)}`);
+          if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === agent.pid)
+            console.log(`soak: child: ${stat.slice(0, 80)}`);
         }
       }
       const fds = await readdir(`/proc/${agent.pid}/fd`);
       if (first && last.fds > first.fds) {
-        console.log(`soak: open files: ${(await Promise.all(fds.map((f) => readlink(`/proc/${agent!.pid}/fd/${f}`).catch(() => '?')))).join(', ')}`);
+        console.log(
+          `soak: open files: ${(await Promise.all(fds.map((f) => readlink(`/proc/${agent!.pid}/fd/${f}`).catch(() => '?')))).join(', ')}`,
+        );
       }
     }
   } finally {
@@ -267,7 +363,9 @@ async function main(): Promise<void> {
   }
 
   for (const [text, n] of [...errors].sort((a, b) => b[1] - a[1])) console.log(`  ${String(n).padStart(4)} × ${text}`);
-  console.log(`soak: hostile requests answered as documented: ${[...hostile].map(([k, n]) => `${k} ${n}`).join(', ') || 'none'}`);
+  console.log(
+    `soak: hostile requests answered as documented: ${[...hostile].map(([k, n]) => `${k} ${n}`).join(', ') || 'none'}`,
+  );
   for (const text of lost) console.log(`soak: LOST ${text}`);
   // Flat means: nothing more held at the end than after the first ten; RSS may move with V8's heap sizing.
   const checks: [string, boolean][] = [
@@ -287,7 +385,16 @@ async function main(): Promise<void> {
   );
   if (process.env.SUITE_REPORT) {
     const failed = checks.length - passed;
-    await writeFile(process.env.SUITE_REPORT, JSON.stringify({ numPassedTests: passed, numFailedTests: failed, numPendingTests: 0, numTodoTests: 0, success: failed === 0 }));
+    await writeFile(
+      process.env.SUITE_REPORT,
+      JSON.stringify({
+        numPassedTests: passed,
+        numFailedTests: failed,
+        numPendingTests: 0,
+        numTodoTests: 0,
+        success: failed === 0,
+      }),
+    );
   }
   process.exitCode = passed === checks.length ? 0 : 1;
 }

@@ -160,8 +160,16 @@ describe('a standalone agent', () => {
         ['null', 400, '400 Bad Request: Missing or invalid name or params'],
         ['{"name": "test.echo", "params": []}', 400, '400 Bad Request: Missing or invalid name or params'],
         ['{"name": "test.echo"}', 400, '400 Bad Request: Missing or invalid name or params'],
-        ['{"name": "nodot", "params": {}}', 400, 'Invalid command: Command name must be of the form <extension>.<name>'],
-        ['{"name": "bad_extension.fake_command", "params": {}}', 404, 'Not found: Extension with id bad_extension not found.'],
+        [
+          '{"name": "nodot", "params": {}}',
+          400,
+          'Invalid command: Command name must be of the form <extension>.<name>',
+        ],
+        [
+          '{"name": "bad_extension.fake_command", "params": {}}',
+          404,
+          'Not found: Extension with id bad_extension not found.',
+        ],
         ['{"name": "test.nope", "params": {}}', 400, 'Invalid command: Unknown command: nope'],
         // Names from the JavaScript prototype chain are unknown commands like any other.
         ['{"name": "constructor.keys", "params": {}}', 404, 'Not found: Extension with id constructor not found.'],
@@ -169,7 +177,11 @@ describe('a standalone agent', () => {
         ['{"name": "test.constructor", "params": {}}', 400, 'Invalid command: Unknown command: constructor'],
         ['{"name": "test.__proto__", "params": {}}', 400, 'Invalid command: Unknown command: __proto__'],
         ['{"name": "test.hasOwnProperty", "params": {}}', 400, 'Invalid command: Unknown command: hasOwnProperty'],
-        ['{"name": "test.strict", "params": {"size": "x"}}', 400, "Invalid command parameters: 'size' must be a number"],
+        [
+          '{"name": "test.strict", "params": {"size": "x"}}',
+          400,
+          "Invalid command parameters: 'size' must be a number",
+        ],
       ];
       for (const [body, status, text] of cases) {
         const r = await call(`${a.url}/v1/commands/`, { method: 'POST', body });
@@ -190,13 +202,22 @@ describe('a standalone agent', () => {
       const r = await post(a.url, 'test.echo', { value: 'hello', extra: 1 });
       expect(r.status).toBe(200);
       expect(Object.keys(r.json)).toEqual(['id', 'command_name', 'command_status', 'command_error', 'command_result']);
-      expect(r.json).toMatchObject({ command_name: 'echo', command_status: 'SUCCEEDED', command_error: null, command_result: { result: 'hello' } });
+      expect(r.json).toMatchObject({
+        command_name: 'echo',
+        command_status: 'SUCCEEDED',
+        command_error: null,
+        command_result: { result: 'hello' },
+      });
       expect((await post(a.url, 'test.nothing')).json.command_result).toBeNull();
       const typed = await post(a.url, 'test.typed');
       expect(typed.json.command_result).toEqual({ a: [1, 'é'] });
       expect(typed.text).toContain('\\u00e9');
       const list = await call(`${a.url}/v1/commands/`);
-      expect(list.json.commands.map((c: { command_name: string }) => c.command_name)).toEqual(['echo', 'nothing', 'typed']);
+      expect(list.json.commands.map((c: { command_name: string }) => c.command_name)).toEqual([
+        'echo',
+        'nothing',
+        'typed',
+      ]);
       const one = await call(`${a.url}/v1/commands/${r.json.id}`);
       expect(one.json).toEqual(r.json);
       expect((await call(`${a.url}/commands/${r.json.id}`)).json).toEqual(r.json);
@@ -213,7 +234,12 @@ describe('a standalone agent', () => {
         details: 'got an unexpected keyword argument',
       });
       const cf = await post(a.url, 'test.clean_fail');
-      expect(cf.json.command_error).toEqual({ type: 'CleaningError', code: 500, message: 'Clean step failed', details: 'disk on fire' });
+      expect(cf.json.command_error).toEqual({
+        type: 'CleaningError',
+        code: 500,
+        message: 'Clean step failed',
+        details: 'disk on fire',
+      });
       // Unlike IPA, the failure poisons nothing: the list still serializes.
       const list = await call(`${a.url}/v1/commands/`);
       expect(list.status).toBe(200);
@@ -268,12 +294,14 @@ describe('a standalone agent', () => {
     });
 
     it('serializes concurrent sync commands and records them all', async () => {
-      const results = await Promise.all(Array.from({ length: 8 }, (_, i) => post(a.url, 'test.echo', { value: String(i) })));
+      const results = await Promise.all(
+        Array.from({ length: 8 }, (_, i) => post(a.url, 'test.echo', { value: String(i) })),
+      );
       expect(results.every((r) => r.status === 200)).toBe(true);
       const list = await call(`${a.url}/v1/commands/`);
-      expect(list.json.commands.map((c: { command_result: { result: string } }) => c.command_result.result).sort()).toEqual(
-        ['0', '1', '2', '3', '4', '5', '6', '7'],
-      );
+      expect(
+        list.json.commands.map((c: { command_result: { result: string } }) => c.command_result.result).sort(),
+      ).toEqual(['0', '1', '2', '3', '4', '5', '6', '7']);
     });
   });
 });

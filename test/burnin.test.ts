@@ -20,14 +20,27 @@ afterEach(async () => {
 async function agent(allow: string): Promise<AgentClient> {
   const a = await startAgent({ 'device-allowlist': allow });
   const c = new AgentClient({ url: a.url, pollIntervalMs: 100, pollAttempts: 1200 });
-  cleanups.push(() => a.close(), () => c.close());
+  cleanups.push(
+    () => a.close(),
+    () => c.close(),
+  );
   return c;
 }
 
 function clean(c: AgentClient, name: string, driverInfo: Record<string, unknown>): Promise<CommandResult> {
   const step = { ...CLEAN_STEPS.find((s) => s.step === name)!, args: {} };
-  const node = { uuid: '2005a784-89ea-4482-b56a-65497029a47e', properties: {}, instance_info: {}, driver_internal_info: {}, driver_info: driverInfo };
-  return c.command('clean.execute_clean_step', { step, node, ports: [], clean_version: hardwareManagerVersions() }, { poll: true });
+  const node = {
+    uuid: '2005a784-89ea-4482-b56a-65497029a47e',
+    properties: {},
+    instance_info: {},
+    driver_internal_info: {},
+    driver_info: driverInfo,
+  };
+  return c.command(
+    'clean.execute_clean_step',
+    { step, node, ports: [], clean_version: hardwareManagerVersions() },
+    { poll: true },
+  );
 }
 
 async function portFree(port: number): Promise<boolean> {
@@ -48,7 +61,11 @@ describe('burn-in steps', () => {
 
   it('burnin_memory: stress-ng with one 32 MiB vm worker for 2 s', async () => {
     const c = await agent('/dev/null');
-    const r = await clean(c, 'burnin_memory', { agent_burnin_vm_vm: 1, 'agent_burnin_vm_vm-bytes': '32M', agent_burnin_vm_timeout: 2 });
+    const r = await clean(c, 'burnin_memory', {
+      agent_burnin_vm_vm: 1,
+      'agent_burnin_vm_vm-bytes': '32M',
+      agent_burnin_vm_timeout: 2,
+    });
     expect(r.command_error).toBeNull();
   });
 
@@ -64,21 +81,47 @@ describe('burn-in steps', () => {
       const buf = Buffer.alloc(16 * MiB);
       await after.read(buf, 0, buf.length, 0);
       await after.close();
-      expect(buf.findIndex((b) => b !== 0xaa), 'fio wrote the device').toBeGreaterThanOrEqual(0);
+      expect(
+        buf.findIndex((b) => b !== 0xaa),
+        'fio wrote the device',
+      ).toBeGreaterThanOrEqual(0);
     });
   });
 
   it('burnin_network: a reader, then a writer, with the test as the partner over loopback', async (t) => {
-    if (!(await portFree(NETWORK_PORT))) t.skip(`port ${NETWORK_PORT} (fio's net engine, as IPA's) is in use on this machine`);
-    const common = ['--ioengine', 'net', '--port', String(NETWORK_PORT), '--fill_device', '1', '--group_reporting', '--gtod_reduce', '1', '--numjobs', '16'];
+    if (!(await portFree(NETWORK_PORT)))
+      t.skip(`port ${NETWORK_PORT} (fio's net engine, as IPA's) is in use on this machine`);
+    const common = [
+      '--ioengine',
+      'net',
+      '--port',
+      String(NETWORK_PORT),
+      '--fill_device',
+      '1',
+      '--group_reporting',
+      '--gtod_reduce',
+      '1',
+      '--numjobs',
+      '16',
+    ];
     // the partner: writes first (the agent reads), then reads (knocking until the agent's writer listens)
-    const partner = execa('sh', ['-c', [
-      `fio ${common.join(' ')} --name writer --rw write --runtime 1 --time_based --listen >/dev/null || exit 1`,
-      `for i in $(seq 1 100); do fio ${common.join(' ')} --name reader --rw read --hostname 127.0.0.1 >/dev/null && exit 0; sleep 0.2; done; exit 2`,
-    ].join('\n')], { reject: false, timeout: 120_000 });
+    const partner = execa(
+      'sh',
+      [
+        '-c',
+        [
+          `fio ${common.join(' ')} --name writer --rw write --runtime 1 --time_based --listen >/dev/null || exit 1`,
+          `for i in $(seq 1 100); do fio ${common.join(' ')} --name reader --rw read --hostname 127.0.0.1 >/dev/null && exit 0; sleep 0.2; done; exit 2`,
+        ].join('\n'),
+      ],
+      { reject: false, timeout: 120_000 },
+    );
     cleanups.push(async () => partner.kill());
     const c = await agent('/dev/null');
-    const r = await clean(c, 'burnin_network', { agent_burnin_fio_network_config: { role: 'reader', partner: '127.0.0.1' }, agent_burnin_fio_network_runtime: 1 });
+    const r = await clean(c, 'burnin_network', {
+      agent_burnin_fio_network_config: { role: 'reader', partner: '127.0.0.1' },
+      agent_burnin_fio_network_runtime: 1,
+    });
     expect(r.command_error).toBeNull();
     expect((await partner).exitCode, 'the partner read what the agent wrote').toBe(0);
   });

@@ -1,7 +1,13 @@
 // The Ironic-like agent client against canned agent replies (conductor.md §5.1 fixtures).
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
-import { AgentApiError, AgentClient, AgentConnectionFailed, AgentInProgress, commandErrorText } from './helpers/agent-client.ts';
+import {
+  AgentApiError,
+  AgentClient,
+  AgentConnectionFailed,
+  AgentInProgress,
+  commandErrorText,
+} from './helpers/agent-client.ts';
 
 interface Seen {
   method: string;
@@ -48,7 +54,9 @@ const ok = (body: unknown, status = 200): Reply => ({ status, body: JSON.stringi
 describe('agent client (Ironic agent_client behaviour)', () => {
   it('POSTs the compact Python-spaced body with wait then agent_token, and returns the reply as is', async () => {
     const { seen, client } = await cannedAgent([ok({ status: 'ok' })]);
-    expect(await client().command('standby.run_image', { image_info: { image_id: 'test_image' } })).toEqual({ status: 'ok' });
+    expect(await client().command('standby.run_image', { image_info: { image_id: 'test_image' } })).toEqual({
+      status: 'ok',
+    });
     expect(seen[0]).toEqual({
       method: 'POST',
       url: '/v1/commands/?wait=false&agent_token=magical',
@@ -70,20 +78,30 @@ describe('agent client (Ironic agent_client behaviour)', () => {
     [ok({ faultstring: 'lolcat says busy meowing' }, 409), AgentInProgress, /lolcat/],
   ] as const)('reply %j → %s', async (reply, type, text) => {
     const { seen, client } = await cannedAgent([reply as Reply]);
-    const err = await client().command('standby.run_image').catch((e: unknown) => e);
+    const err = await client()
+      .command('standby.run_image')
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(type);
     expect((err as Error).message).toMatch(text);
     expect(seen.filter((s) => s.method === 'POST')).toHaveLength(1);
   });
 
   it('retries a busy agent when asked to', async () => {
-    const { seen, client } = await cannedAgent([ok({ faultstring: 'Agent is busy' }, 409), ok({ command_status: 'RUNNING' })]);
-    expect(await client('magical', { busyRetries: 2, busyDelayMs: 10 }).command('deploy.execute_deploy_step')).toEqual({ command_status: 'RUNNING' });
+    const { seen, client } = await cannedAgent([
+      ok({ faultstring: 'Agent is busy' }, 409),
+      ok({ command_status: 'RUNNING' }),
+    ]);
+    expect(await client('magical', { busyRetries: 2, busyDelayMs: 10 }).command('deploy.execute_deploy_step')).toEqual({
+      command_status: 'RUNNING',
+    });
     expect(seen.filter((s) => s.method === 'POST')).toHaveLength(2);
   });
 
   it('after a connection error adopts the last command when it is the same one and RUNNING (1 POST)', async () => {
-    const { seen, client } = await cannedAgent(['drop'], [ok({ commands: [{ command_name: 'bar', command_status: 'RUNNING' }] })]);
+    const { seen, client } = await cannedAgent(
+      ['drop'],
+      [ok({ commands: [{ command_name: 'bar', command_status: 'RUNNING' }] })],
+    );
     expect(await client().command('foo.bar')).toEqual({ command_name: 'bar', command_status: 'RUNNING' });
     expect(seen.filter((s) => s.method === 'POST')).toHaveLength(1);
     expect(seen.find((s) => s.method === 'GET')!.url).toBe('/v1/commands/?agent_token=magical');
@@ -100,15 +118,36 @@ describe('agent client (Ironic agent_client behaviour)', () => {
   });
 
   it('polls until the last command of that name is no longer RUNNING', async () => {
-    const running = ok({ commands: [{ command_name: 'run_image', command_status: 'RUNNING', command_result: 'I did something', command_error: null }] });
-    const done = ok({ commands: [{ command_name: 'run_image', command_status: 'SUCCEEDED', command_result: 'I did something', command_error: null }] });
+    const running = ok({
+      commands: [
+        {
+          command_name: 'run_image',
+          command_status: 'RUNNING',
+          command_result: 'I did something',
+          command_error: null,
+        },
+      ],
+    });
+    const done = ok({
+      commands: [
+        {
+          command_name: 'run_image',
+          command_status: 'SUCCEEDED',
+          command_result: 'I did something',
+          command_error: null,
+        },
+      ],
+    });
     const { client } = await cannedAgent([ok({ status: 'ok' })], [running, running, done]);
     const r = await client().command('standby.run_image', {}, { poll: true });
     expect(r.command_status).toBe('SUCCEEDED');
   });
 
   it('reads the command list and treats its last entry as current', async () => {
-    const list = [{ command_name: 'get_deploy_steps', command_status: 'SUCCEEDED' }, { command_name: 'execute_deploy_step', command_status: 'RUNNING' }];
+    const list = [
+      { command_name: 'get_deploy_steps', command_status: 'SUCCEEDED' },
+      { command_name: 'execute_deploy_step', command_status: 'RUNNING' },
+    ];
     const { client } = await cannedAgent([], [ok({ commands: list })]);
     expect(await client().lastCommand()).toEqual(list[1]);
   });

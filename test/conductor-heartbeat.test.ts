@@ -40,10 +40,14 @@ class VirtualClock implements Clock {
       }
       const entry = { until, resolve };
       this.parked.push(entry);
-      signal?.addEventListener('abort', () => {
-        this.parked = this.parked.filter((p) => p !== entry);
-        resolve();
-      }, { once: true });
+      signal?.addEventListener(
+        'abort',
+        () => {
+          this.parked = this.parked.filter((p) => p !== entry);
+          resolve();
+        },
+        { once: true },
+      );
     });
   }
 
@@ -107,11 +111,16 @@ describe('heartbeat schedule', () => {
     const hb0 = fake.heartbeats[0]!;
     expect(hb0.headers['x-openstack-ironic-api-version']).toBe('1.68');
     expect(hb0.headers['content-type']).toBe('application/json');
-    expect(hb0.rawBody).toBe(`{"callback_url":"http://127.0.0.1:9999","agent_token":"${'t'.repeat(43)}","agent_version":"0.1.0"}`);
+    expect(hb0.rawBody).toBe(
+      `{"callback_url":"http://127.0.0.1:9999","agent_token":"${'t'.repeat(43)}","agent_version":"0.1.0"}`,
+    );
   });
 
   it('uses exactly the ends of the range for random 0 and 1', async () => {
-    for (const [r, want] of [[0, 30_000], [1, 60_000]] as const) {
+    for (const [r, want] of [
+      [0, 30_000],
+      [1, 60_000],
+    ] as const) {
       const { hb, beats } = await setup(100, new VirtualClock(), () => r);
       hb.start();
       await beatsUntil(beats, 3);

@@ -92,7 +92,12 @@ describe('conductor link', () => {
     const hb = fake.heartbeats[0]!;
     expect(hb.status).toBe(202);
     expect(hb.headers['x-openstack-ironic-api-version']).toBe('1.68');
-    const body = hb.body as { callback_url: string; agent_token: string; agent_version: string; agent_verify_ca: string };
+    const body = hb.body as {
+      callback_url: string;
+      agent_token: string;
+      agent_version: string;
+      agent_verify_ca: string;
+    };
     expect(Object.keys(body)).toEqual(['callback_url', 'agent_token', 'agent_version', 'agent_verify_ca']);
     expect(body.callback_url).toBe(`https://127.0.0.1:${link.server!.port}`);
     expect(body.agent_token).toBe(node!.internal.agent_secret_token);
@@ -169,7 +174,9 @@ describe('conductor link', () => {
   it('fails with a one-line reason when lookup never succeeds', async () => {
     const fake = await conductor({ nodes: [] });
     const { link } = linked(fake.url, { 'ipa-lookup-timeout': '0.3' });
-    await expect(link.start()).rejects.toThrow(/^Could not look up node info after \d+ attempt\(s\) in 0.3 s; last: HTTP 404: Resource could not be found\.$/);
+    await expect(link.start()).rejects.toThrow(
+      /^Could not look up node info after \d+ attempt\(s\) in 0.3 s; last: HTTP 404: Resource could not be found\.$/,
+    );
     expect(link.server).toBeUndefined();
   });
 
@@ -209,7 +216,10 @@ describe('conductor link', () => {
     await fake.waitFor(() => fake.heartbeats.length >= 1, 'a heartbeat');
     const bare = fake.clientFor(node.uuid, { tokenOnGet: false });
     const tokened = fake.clientFor(node.uuid);
-    cleanups.push(() => bare.close(), () => tokened.close());
+    cleanups.push(
+      () => bare.close(),
+      () => tokened.close(),
+    );
     if (openFirst) {
       expect(await bare.commands()).toEqual([]);
       expect(await tokened.commands()).toEqual([]);
@@ -226,7 +236,10 @@ describe('conductor link', () => {
     await fake.waitFor(() => fake.heartbeats.length >= 1, 'a heartbeat');
     const client = fake.clientFor(node.uuid);
     cleanups.push(() => client.close());
-    expect(await client.command('system.lockdown', {})).toMatchObject({ command_status: 'SUCCEEDED', command_result: null });
+    expect(await client.command('system.lockdown', {})).toMatchObject({
+      command_status: 'SUCCEEDED',
+      command_result: null,
+    });
     await expect.poll(() => agent.services.state.status.phase, { timeout: 5000 }).toBe('locked down');
     await expect(client.commands()).rejects.toThrow(/ECONNREFUSED|Connection to agent failed/);
     const seen = fake.heartbeats.length;
@@ -259,7 +272,10 @@ describe('conductor link', () => {
     const ca = node!.internal.agent_verify_ca;
 
     fake.powerAction(node!.uuid);
-    await fake.waitFor(() => fake.heartbeats.some((h) => h.fault?.startsWith('Invalid or missing agent token')), 'a refused heartbeat');
+    await fake.waitFor(
+      () => fake.heartbeats.some((h) => h.fault?.startsWith('Invalid or missing agent token')),
+      'a refused heartbeat',
+    );
     await fake.waitFor(() => node!.internal.agent_url !== undefined, 'a heartbeat after the new lookup');
     expect(fake.lookups.length).toBe(2);
     expect(node!.internal.agent_secret_token).not.toBe(firstToken);
@@ -283,7 +299,10 @@ describe('conductor link', () => {
     fake.powerAction(node!.uuid);
     const rootCount = fake.requests.filter((r) => r.path === '/').length;
     agent.services.host.emit('simulated-restart', 'poweroff');
-    await fake.waitFor(() => node!.internal.agent_url !== undefined && fake.lookups.length === 2, 'a heartbeat after reboot');
+    await fake.waitFor(
+      () => node!.internal.agent_url !== undefined && fake.lookups.length === 2,
+      'a heartbeat after reboot',
+    );
     expect(fatal).toEqual([]);
     expect(fake.requests.filter((r) => r.path === '/').length).toBe(rootCount + 1);
     expect(link.server).not.toBe(oldServer);

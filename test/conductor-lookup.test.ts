@@ -29,7 +29,13 @@ afterEach(async () => {
 });
 
 function lookupWith(urls: string[], req: Partial<LookupRequest> = {}, random = Math.random) {
-  const api = new IronicApi({ urls, timeoutS: 1, insecure: false, log: nullLogger, requestId: 'req-0b5e1d0c-6b1f-4a4e-9c59-3f0e8f4f2b7a' });
+  const api = new IronicApi({
+    urls,
+    timeoutS: 1,
+    insecure: false,
+    log: nullLogger,
+    requestId: 'req-0b5e1d0c-6b1f-4a4e-9c59-3f0e8f4f2b7a',
+  });
   cleanups.push(() => api.close());
   const clock = new InstantClock();
   const run = lookupNode(

@@ -20,24 +20,37 @@ afterAll(() => rm(dir, { recursive: true, force: true }));
 
 /** The agent on the Node running the tests (the pinned one), directly, so that signals reach it. */
 function agentProcess(apiUrl: string, extra: string[] = []) {
-  const args = [`--kernel-cmdline=${cmdline}`, `--ipa-api-url=${apiUrl}`, '--ipa-listen-host=127.0.0.1',
-    '--ipa-listen-port=0', '--ipa-nic-wait-timeout=0', ...extra];
+  const args = [
+    `--kernel-cmdline=${cmdline}`,
+    `--ipa-api-url=${apiUrl}`,
+    '--ipa-listen-host=127.0.0.1',
+    '--ipa-listen-port=0',
+    '--ipa-nic-wait-timeout=0',
+    ...extra,
+  ];
   return execa(process.execPath, ['--import', 'tsx', 'agent/main.ts', ...args], { reject: false, timeout: 60_000 });
 }
 
 const macs = await nicMacs();
-if (macs.length === 0) console.warn(`${import.meta.url}: tests needing a NIC skipped: no physical NIC with a MAC in /sys/class/net`);
+if (macs.length === 0)
+  console.warn(`${import.meta.url}: tests needing a NIC skipped: no physical NIC with a MAC in /sys/class/net`);
 
 describe('agent process and the conductor', () => {
   it('exits non-zero with a one-line reason when the conductor never answers', async () => {
     const fake = await FakeConductor.start({ nodes: [] });
     fake.mode = 'hang';
     try {
-      const r = await agentProcess(fake.url, ['--ipa-lookup-timeout=1', '--ipa-lookup-interval=0.2', '--ipa-http-request-timeout=1']);
+      const r = await agentProcess(fake.url, [
+        '--ipa-lookup-timeout=1',
+        '--ipa-lookup-interval=0.2',
+        '--ipa-http-request-timeout=1',
+      ]);
       expect(r.exitCode).toBe(1);
       const lines = r.stderr.trim().split('\n');
       expect(lines).toHaveLength(1);
-      expect(lines[0]).toMatch(/^ironic-node-agent: Could not look up node info after \d+ attempt\(s\) in 1 s; last: no answer from http:\/\/127\.0\.0\.1:\d+: .*timeout/i);
+      expect(lines[0]).toMatch(
+        /^ironic-node-agent: Could not look up node info after \d+ attempt\(s\) in 1 s; last: no answer from http:\/\/127\.0\.0\.1:\d+: .*timeout/i,
+      );
     } finally {
       await fake.close();
     }

@@ -75,7 +75,11 @@ describe('auto-TLS', () => {
     const client = fake.clientFor(node.uuid);
     cleanups.push(() => client.close());
     expect(await client.commands()).toEqual([]);
-    const other = new AgentClient({ url, token: node.internal.agent_secret_token, ca: generateCertificate('127.0.0.1', await generateKeys('p256')).cert });
+    const other = new AgentClient({
+      url,
+      token: node.internal.agent_secret_token,
+      ca: generateCertificate('127.0.0.1', await generateKeys('p256')).cert,
+    });
     cleanups.push(() => other.close());
     await expect(other.commands()).rejects.toThrow();
   });
@@ -90,7 +94,8 @@ describe('auto-TLS', () => {
 
   for (const version of ['TLSv1', 'TLSv1.1'] as const) {
     it(`refuses ${version}`, async (ctx) => {
-      if (!(await oldTlsPossible(version))) ctx.skip(`this OpenSSL cannot negotiate ${version} at all, so refusing it proves nothing`);
+      if (!(await oldTlsPossible(version)))
+        ctx.skip(`this OpenSSL cannot negotiate ${version} at all, so refusing it proves nothing`);
       const { port, ca } = await tlsAgent({ tlsMinVersion: '1.2' });
       const r = await handshake(port, version, version, ca);
       expect(r.ok).toBe(false);

@@ -22,7 +22,10 @@ const TOKEN = 'a'.repeat(43);
 
 describe('Ironic error bodies', () => {
   it.each([
-    ['{"error_message": "{\\"faultcode\\": \\"Client\\", \\"faultstring\\": \\"Resource could not be found.\\", \\"debuginfo\\": null}"}', 'Resource could not be found.'],
+    [
+      '{"error_message": "{\\"faultcode\\": \\"Client\\", \\"faultstring\\": \\"Resource could not be found.\\", \\"debuginfo\\": null}"}',
+      'Resource could not be found.',
+    ],
     ['{"error_message": {"faultstring": "as an object"}}', 'as an object'],
     ['{"error_message": {"title": "Conflict", "description": "x"}}', 'Conflict'],
     ['{"error_message": "plain words"}', 'plain words'],
@@ -48,42 +51,85 @@ describe('token acceptance (IPA rules)', () => {
 
 describe('lookup reply', () => {
   it('keeps the node, reads the config keys the agent applies', () => {
-    const r = parseLookupReply(JSON.stringify({
-      node: { uuid: 'u1', properties: {}, instance_info: { image_url: '******' }, driver_internal_info: { content: '** Redacted **' }, links: [] },
-      config: { heartbeat_timeout: 30, agent_token: TOKEN, tls_min_version: '1.3', tls_cipher_suites: null, permitted_image_formats: ['raw'], agent_md5_checksum_enable: false },
-    }));
+    const r = parseLookupReply(
+      JSON.stringify({
+        node: {
+          uuid: 'u1',
+          properties: {},
+          instance_info: { image_url: '******' },
+          driver_internal_info: { content: '** Redacted **' },
+          links: [],
+        },
+        config: {
+          heartbeat_timeout: 30,
+          agent_token: TOKEN,
+          tls_min_version: '1.3',
+          tls_cipher_suites: null,
+          permitted_image_formats: ['raw'],
+          agent_md5_checksum_enable: false,
+        },
+      }),
+    );
     expect(r.node.uuid).toBe('u1');
     expect(r.node.driver_internal_info).toEqual({ content: '** Redacted **' });
-    expect(r.config).toMatchObject({ heartbeatTimeoutS: 30, agentToken: TOKEN, tlsMinVersion: '1.3', tlsCipherSuites: undefined, permittedImageFormats: ['raw'], md5Enabled: false });
+    expect(r.config).toMatchObject({
+      heartbeatTimeoutS: 30,
+      agentToken: TOKEN,
+      tlsMinVersion: '1.3',
+      tlsCipherSuites: undefined,
+      permittedImageFormats: ['raw'],
+      md5Enabled: false,
+    });
   });
 
   it('accepts an old API with a top-level heartbeat_timeout and no config', () => {
     expect(parseLookupReply('{"node": {"uuid": "u"}, "heartbeat_timeout": 300}').config.heartbeatTimeoutS).toBe(300);
   });
 
-  it.each(['not json', '{"node": {}}', '{"node": {"uuid": "u"}}', '{"config": {"heartbeat_timeout": 1}}'])('refuses %s', (text) => {
-    expect(() => parseLookupReply(text)).toThrow(InvalidLookupReply);
-  });
+  it.each(['not json', '{"node": {}}', '{"node": {"uuid": "u"}}', '{"config": {"heartbeat_timeout": 1}}'])(
+    'refuses %s',
+    (text) => {
+      expect(() => parseLookupReply(text)).toThrow(InvalidLookupReply);
+    },
+  );
 
   it('builds the query with literal commas and colons', () => {
-    expect(lookupPath({ macs: ['52:54:00:12:34:56', 'aa:bb:cc:dd:ee:ff'] })).toBe('/v1/lookup?addresses=52:54:00:12:34:56,aa:bb:cc:dd:ee:ff');
+    expect(lookupPath({ macs: ['52:54:00:12:34:56', 'aa:bb:cc:dd:ee:ff'] })).toBe(
+      '/v1/lookup?addresses=52:54:00:12:34:56,aa:bb:cc:dd:ee:ff',
+    );
     expect(lookupPath({ macs: [], nodeUuid: 'u-1' })).toBe('/v1/lookup?node_uuid=u-1');
   });
 
-  it.each([['1.82', 82], ['1.115', 115], [' 1.9 ', 9], ['2.1', undefined], ['v1', undefined], [null, undefined]])('version %s → %s', (v, want) => {
+  it.each([
+    ['1.82', 82],
+    ['1.115', 115],
+    [' 1.9 ', 9],
+    ['2.1', undefined],
+    ['v1', undefined],
+    [null, undefined],
+  ])('version %s → %s', (v, want) => {
     expect(parseVersion(v)).toBe(want);
   });
 });
 
 describe('heartbeat body by API version', () => {
   const target = (version: number, token: string | null = TOKEN): HeartbeatTarget => ({
-    nodeUuid: 'u', callbackUrl: 'https://192.0.2.5:9999', version, heartbeatTimeoutS: 300, agentVersion: '0.1.0', token: () => token, verifyCa: 'PEM',
+    nodeUuid: 'u',
+    callbackUrl: 'https://192.0.2.5:9999',
+    version,
+    heartbeatTimeoutS: 300,
+    agentVersion: '0.1.0',
+    token: () => token,
+    verifyCa: 'PEM',
   });
   it.each([
     [31, '{"callback_url":"https://192.0.2.5:9999"}'],
     [36, '{"callback_url":"https://192.0.2.5:9999","agent_version":"0.1.0"}'],
     [62, `{"callback_url":"https://192.0.2.5:9999","agent_token":"${TOKEN}","agent_version":"0.1.0"}`],
-    [68, `{"callback_url":"https://192.0.2.5:9999","agent_token":"${TOKEN}","agent_version":"0.1.0","agent_verify_ca":"PEM"}`],
+    [
+      68,
+      `{"callback_url":"https://192.0.2.5:9999","agent_token":"${TOKEN}","agent_version":"0.1.0","agent_verify_ca":"PEM"}`,
+    ],
   ])('1.%i', (version, want) => {
     expect(JSON.stringify(heartbeatBody(target(version)))).toBe(want);
   });
@@ -132,8 +178,12 @@ describe('auto-TLS certificate', () => {
   });
 
   it('puts an IPv6 advertise address in the SAN, a name as a DNS name', async () => {
-    expect(new X509Certificate(generateCertificate('fd00::5', await generateKeys('p256')).cert).checkIP('fd00::5')).toBe('fd00::5');
-    expect(new X509Certificate(generateCertificate('agent.example', await generateKeys('p256')).cert).subjectAltName).toBe('DNS:agent.example');
+    expect(
+      new X509Certificate(generateCertificate('fd00::5', await generateKeys('p256')).cert).checkIP('fd00::5'),
+    ).toBe('fd00::5');
+    expect(
+      new X509Certificate(generateCertificate('agent.example', await generateKeys('p256')).cert).subjectAltName,
+    ).toBe('DNS:agent.example');
   });
 
   it.each([
@@ -146,7 +196,7 @@ describe('auto-TLS certificate', () => {
   });
 });
 
-describe('Python json.dumps spacing (the conductor\'s request bodies)', () => {
+describe("Python json.dumps spacing (the conductor's request bodies)", () => {
   it('matches the fixture text', () => {
     expect(pythonJson({ name: 'get_clean_steps', params: {} })).toBe('{"name": "get_clean_steps", "params": {}}');
     expect(pythonJson({ a: [1, true, null, 'é'] })).toBe('{"a": [1, true, null, "\\u00e9"]}');

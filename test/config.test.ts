@@ -40,8 +40,12 @@ describe('configuration', () => {
   });
 
   it('stops on a bad value with a one-line error naming it', () => {
-    expect(() => build('', ['--standalone', '--ipa-listen-port=http'])).toThrow('flag --ipa-listen-port="http": expected a number');
-    expect(() => build('ipa-lookup-timeout=-1', ['--standalone'])).toThrow('kernel parameter ipa-lookup-timeout="-1": must be at least 0');
+    expect(() => build('', ['--standalone', '--ipa-listen-port=http'])).toThrow(
+      'flag --ipa-listen-port="http": expected a number',
+    );
+    expect(() => build('ipa-lookup-timeout=-1', ['--standalone'])).toThrow(
+      'kernel parameter ipa-lookup-timeout="-1": must be at least 0',
+    );
     expect(() => build('ipa-api-url=ftp://x')).toThrow(/ipa-api-url="ftp:\/\/x": expected http/);
     expect(() => build('', ['--standalone', '--ipa-debug=maybe'])).toThrow(/expected a boolean/);
     expect(() => build('', ['--standalone', '--ipa-tls-min-version=1.1'])).toThrow(/expected one of 1.2, 1.3/);
@@ -57,7 +61,10 @@ describe('configuration', () => {
   });
 
   it('names the IPA parameters it accepts without acting on them, so that main.ts can warn once', () => {
-    expect(build('ipa-disk-wait-attempts=5 ipa-disk-wait-delay=1', ['--standalone']).notActedOn).toEqual(['ipa-disk-wait-attempts', 'ipa-disk-wait-delay']);
+    expect(build('ipa-disk-wait-attempts=5 ipa-disk-wait-delay=1', ['--standalone']).notActedOn).toEqual([
+      'ipa-disk-wait-attempts',
+      'ipa-disk-wait-delay',
+    ]);
     expect(build('', ['--standalone']).notActedOn).toEqual([]);
   });
 
@@ -70,8 +77,14 @@ describe('configuration', () => {
   });
 
   it('exits the process with a one-line error on a bad flag', async () => {
-    const r = await execa(process.execPath, ['--import', 'tsx', 'agent/main.ts', '--standalone', '--ipa-listen-port=99999'], { reject: false });
+    const r = await execa(
+      process.execPath,
+      ['--import', 'tsx', 'agent/main.ts', '--standalone', '--ipa-listen-port=99999'],
+      { reject: false },
+    );
     expect(r.exitCode).toBe(2);
-    expect(r.stderr.trim().split('\n')).toEqual(['ironic-node-agent: flag --ipa-listen-port="99999": must be at most 65535']);
+    expect(r.stderr.trim().split('\n')).toEqual([
+      'ironic-node-agent: flag --ipa-listen-port="99999": must be at most 65535',
+    ]);
   });
 });

@@ -41,7 +41,11 @@ describe('console inputs', () => {
 
   it('lists NICs from a sysfs-like folder, without lo', async () => {
     const net = join(dir, 'net');
-    for (const [name, mac] of [['lo', '00:00:00:00:00:00'], ['eth1', '52:54:00:00:00:02'], ['eth0', '52:54:00:00:00:01']]) {
+    for (const [name, mac] of [
+      ['lo', '00:00:00:00:00:00'],
+      ['eth1', '52:54:00:00:00:02'],
+      ['eth0', '52:54:00:00:00:01'],
+    ]) {
       const d = join(net, name!);
       mkdirSync(d, { recursive: true });
       writeFileSync(join(d, 'address'), `${mac}\n`);

@@ -27,7 +27,12 @@ function input(patch: Partial<ConsoleInput> = {}): ConsoleInput {
     now: NOW,
     status: status({
       conductorUrl: 'http://10.0.2.100:6385',
-      node: { uuid: '1be26c0b-03f2-4d2e-ae87-c02d7f33c123', properties: {}, instance_info: {}, driver_internal_info: {} },
+      node: {
+        uuid: '1be26c0b-03f2-4d2e-ae87-c02d7f33c123',
+        properties: {},
+        instance_info: {},
+        driver_internal_info: {},
+      },
       callbackUrl: 'http://127.0.0.1:40123',
       lastHeartbeat: { at: NOW - 7, ok: true, status: '202 Accepted' },
     }),
@@ -66,13 +71,28 @@ describe('renderStatus', () => {
 
   it('shows the running command with its progress, or the last one with its error', () => {
     const running = status({}, [
-      { id: 'a', name: 'deploy.execute_deploy_step', status: 'RUNNING', started_at: NOW - 12, result: { written: 1048576 }, error: null },
+      {
+        id: 'a',
+        name: 'deploy.execute_deploy_step',
+        status: 'RUNNING',
+        started_at: NOW - 12,
+        result: { written: 1048576 },
+        error: null,
+      },
     ]);
     const t1 = renderStatus(input({ status: running }), SIZE).join('\n');
     expect(t1).toMatch(/Command\s+deploy.execute_deploy_step RUNNING 12 s/);
     expect(t1).toMatch(/Progress\s+\{"written":1048576\}/);
     const failed = status({}, [
-      { id: 'b', name: 'standby.power_off', status: 'FAILED', started_at: NOW - 5, finished_at: NOW - 4, result: null, error: { type: 'SystemRebootError' } },
+      {
+        id: 'b',
+        name: 'standby.power_off',
+        status: 'FAILED',
+        started_at: NOW - 5,
+        finished_at: NOW - 4,
+        result: null,
+        error: { type: 'SystemRebootError' },
+      },
     ]);
     expect(renderStatus(input({ status: failed }), SIZE).join('\n')).toMatch(/Error\s+\{"type":"SystemRebootError"\}/);
   });
@@ -86,7 +106,9 @@ describe('renderStatus', () => {
   });
 
   it('reports a disk listing failure as text', () => {
-    expect(renderStatus(input({ disks: 'lsblk failed: not installed' }), SIZE).join('\n')).toMatch(/Disks\s+lsblk failed/);
+    expect(renderStatus(input({ disks: 'lsblk failed: not installed' }), SIZE).join('\n')).toMatch(
+      /Disks\s+lsblk failed/,
+    );
   });
 
   it('cuts long lines and strips control characters', () => {
@@ -99,7 +121,14 @@ describe('renderStatus', () => {
 
 describe('formatLogLine', () => {
   it('renders pino records as time, level, message and fields', () => {
-    const line = JSON.stringify({ level: 40, time: Date.UTC(2026, 0, 1, 12, 34, 56), svc: 'x', msg: 'slow', dev: '/dev/vda', n: 3 });
+    const line = JSON.stringify({
+      level: 40,
+      time: Date.UTC(2026, 0, 1, 12, 34, 56),
+      svc: 'x',
+      msg: 'slow',
+      dev: '/dev/vda',
+      n: 3,
+    });
     expect(formatLogLine(line)).toBe('12:34:56 WARN  slow dev=/dev/vda n=3');
   });
 
@@ -135,8 +164,24 @@ describe('renderPage', () => {
 describe('commands list', () => {
   it('lists every command with its result or error', () => {
     const s = status({}, [
-      { id: 'a', name: 'standby.get_partition_uuids', status: 'SUCCEEDED', started_at: NOW - 20, finished_at: NOW - 19, result: { root_uuid: 'u' }, error: null },
-      { id: 'b', name: 'deploy.execute_deploy_step', status: 'FAILED', started_at: NOW - 10, finished_at: NOW - 2, result: null, error: { type: 'ImageWriteError', message: 'no space' } },
+      {
+        id: 'a',
+        name: 'standby.get_partition_uuids',
+        status: 'SUCCEEDED',
+        started_at: NOW - 20,
+        finished_at: NOW - 19,
+        result: { root_uuid: 'u' },
+        error: null,
+      },
+      {
+        id: 'b',
+        name: 'deploy.execute_deploy_step',
+        status: 'FAILED',
+        started_at: NOW - 10,
+        finished_at: NOW - 2,
+        result: null,
+        error: { type: 'ImageWriteError', message: 'no space' },
+      },
     ]);
     const body = commandsBody(s, NOW);
     expect(body[0]).toMatch(/standby.get_partition_uuids SUCCEEDED 1 s {2}id=a$/);

@@ -49,8 +49,30 @@ describe('inject_files argument validation (nothing touched)', () => {
   });
 
   it('accepts every field', () => {
-    expect(parseInjectFiles([{ path: '/etc/x', partition: '/dev/disk/by-partlabel/root', content: b64('hi'), mode: 0o600, dirmode: 0o755, owner: 0, group: 0 }]))
-      .toEqual([{ path: '/etc/x', partition: '/dev/disk/by-partlabel/root', content: Buffer.from('hi'), deleted: false, mode: 0o600, dirmode: 0o755, owner: 0, group: 0 }]);
+    expect(
+      parseInjectFiles([
+        {
+          path: '/etc/x',
+          partition: '/dev/disk/by-partlabel/root',
+          content: b64('hi'),
+          mode: 0o600,
+          dirmode: 0o755,
+          owner: 0,
+          group: 0,
+        },
+      ]),
+    ).toEqual([
+      {
+        path: '/etc/x',
+        partition: '/dev/disk/by-partlabel/root',
+        content: Buffer.from('hi'),
+        deleted: false,
+        mode: 0o600,
+        dirmode: 0o755,
+        owner: 0,
+        group: 0,
+      },
+    ]);
   });
 });
 
@@ -63,7 +85,12 @@ describe('deploy steps on a loop device', () => {
   let version: unknown;
   const node = () => ({ uuid: 'n1', properties: {}, instance_info: { root_device: { name: loop.path } } });
   const deployStep = (step: string, args: Record<string, unknown>) =>
-    runToEnd(agent.url, 'deploy.execute_deploy_step', { step: { interface: 'deploy', step, args, priority: 70 }, node: node(), ports: [], deploy_version: version });
+    runToEnd(agent.url, 'deploy.execute_deploy_step', {
+      step: { interface: 'deploy', step, args, priority: 70 },
+      node: node(),
+      ports: [],
+      deploy_version: version,
+    });
 
   async function readFrom(part: string, path: string): Promise<{ text: string; mode: number } | null> {
     const dir = await mkdtemp(join(tmpdir(), 'ina-check-'));
@@ -83,7 +110,8 @@ describe('deploy steps on a loop device', () => {
     server = await startImageServer();
     loop = await attachLoop(32 * MiB);
     agent = await startImageAgent(loop.path);
-    version = (await runToEnd(agent.url, 'deploy.get_deploy_steps', { node: {}, ports: [] })).command_result.hardware_manager_version;
+    version = (await runToEnd(agent.url, 'deploy.get_deploy_steps', { node: {}, ports: [] })).command_result
+      .hardware_manager_version;
   });
 
   afterAll(async () => {
@@ -95,14 +123,22 @@ describe('deploy steps on a loop device', () => {
 
   async function writeImage() {
     const url = await server.serveFile(`${Math.random()}.raw`, gpt.path);
-    const r = await deployStep('write_image', { image_info: { id: 'gpt', urls: [url], disk_format: 'raw', checksum: sha256(await readFile(gpt.path)) }, configdrive: null });
+    const r = await deployStep('write_image', {
+      image_info: { id: 'gpt', urls: [url], disk_format: 'raw', checksum: sha256(await readFile(gpt.path)) },
+      configdrive: null,
+    });
     expect(r.command_error).toBeNull();
   }
 
   it('advertises erase_devices_metadata, clean_uefi_nvram, write_image and inject_files at priority 0', async () => {
     const r = await runToEnd(agent.url, 'deploy.get_deploy_steps', { node: {}, ports: [] });
     const list = r.command_result.deploy_steps.GenericHardwareManager as { step: string; priority: number }[];
-    expect(list.map((s) => [s.step, s.priority])).toEqual([['erase_devices_metadata', 0], ['clean_uefi_nvram', 0], ['write_image', 0], ['inject_files', 0]]);
+    expect(list.map((s) => [s.step, s.priority])).toEqual([
+      ['erase_devices_metadata', 0],
+      ['clean_uefi_nvram', 0],
+      ['write_image', 0],
+      ['inject_files', 0],
+    ]);
   });
 
   it('inject_files writes by number, by-partuuid, by-partlabel, by-label and by path; deletes; keeps mode', async () => {
@@ -111,14 +147,22 @@ describe('deploy steps on a loop device', () => {
     const partuuid = (await execa('blkid', ['-p', '-s', 'PART_ENTRY_UUID', '-o', 'value', part])).stdout.trim();
     const files = [
       { path: '/by-number.txt', partition: 1, content: b64('one'), mode: 0o600 },
-      { path: '/etc/by-partuuid.conf', partition: `/dev/disk/by-partuuid/${partuuid.toUpperCase()}`, content: b64('uuid'), dirmode: 0o700 },
+      {
+        path: '/etc/by-partuuid.conf',
+        partition: `/dev/disk/by-partuuid/${partuuid.toUpperCase()}`,
+        content: b64('uuid'),
+        dirmode: 0o700,
+      },
       { path: '/by-partlabel.txt', partition: '/dev/disk/by-partlabel/root', content: b64('label') },
       { path: '/by-label.txt', partition: '/dev/disk/by-label/inaroot', content: b64('fslabel') },
       { path: '/ina-marker.txt', deleted: true },
     ];
     const r = await deployStep('inject_files', { files });
     expect(r.command_error).toBeNull();
-    expect(r.command_result).toEqual({ deploy_result: null, deploy_step: expect.objectContaining({ step: 'inject_files' }) });
+    expect(r.command_result).toEqual({
+      deploy_result: null,
+      deploy_step: expect.objectContaining({ step: 'inject_files' }),
+    });
     expect(await readFrom(part, 'by-number.txt')).toEqual({ text: 'one', mode: 0o600 });
     expect((await readFrom(part, 'etc/by-partuuid.conf'))?.text).toBe('uuid');
     expect((await readFrom(part, 'by-partlabel.txt'))?.text).toBe('label');
@@ -139,7 +183,9 @@ describe('deploy steps on a loop device', () => {
     await execa('umount', [dir]);
     await rmdir(dir);
     const name = `ina-escaped-${process.pid}`;
-    const r = await deployStep('inject_files', { files: [{ path: `/escape/${name}`, partition: 1, content: b64('x') }] });
+    const r = await deployStep('inject_files', {
+      files: [{ path: `/escape/${name}`, partition: 1, content: b64('x') }],
+    });
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error?.type).toBe('InvalidCommandParamsError');
     expect(r.command_error?.details).toMatch(/leads outside its partition/);
@@ -149,7 +195,12 @@ describe('deploy steps on a loop device', () => {
   it('inject_files with bad files fails with InvalidCommandParamsError and leaves the disk as it was', async () => {
     await writeImage();
     const before = sha256(await readDevice(loop.path, 0, 32 * MiB));
-    const r = await deployStep('inject_files', { files: [{ path: '/ok', content: b64('x') }, { path: 'relative', content: b64('x') }] });
+    const r = await deployStep('inject_files', {
+      files: [
+        { path: '/ok', content: b64('x') },
+        { path: 'relative', content: b64('x') },
+      ],
+    });
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error).toMatchObject({ type: 'InvalidCommandParamsError', code: 400 });
     expect(r.command_error?.details).toMatch(/^Validation of files failed: files\[1\]\.path/);

@@ -22,7 +22,9 @@ describe('device guard', () => {
     expect(v.ok).toBe(false);
     expect(v.reason).toMatch(/mounted at \//);
     await expect(guard.assertWritable(root, 'write an image to')).rejects.toThrow(ProtectedDeviceError);
-    await expect(guard.assertWritable(root, 'write an image to')).rejects.toThrow(`refusing to write an image to ${root}: it`);
+    await expect(guard.assertWritable(root, 'write an image to')).rejects.toThrow(
+      `refusing to write an image to ${root}: it`,
+    );
   });
 
   it('refuses a device outside the allow-list and allows one on it, with its partitions', () =>
@@ -30,7 +32,9 @@ describe('device guard', () => {
       const guard = new DeviceGuard([a!.path]);
       expect(await guard.verdict(a!.path)).toEqual({ ok: true });
       expect(await guard.verdict(b!.path)).toEqual({ ok: false, reason: 'it is not on the device allow-list' });
-      await expect(guard.assertWritable(b!.path, 'wipe')).rejects.toThrow(`refusing to wipe ${b!.path}: it is not on the device allow-list`);
+      await expect(guard.assertWritable(b!.path, 'wipe')).rejects.toThrow(
+        `refusing to wipe ${b!.path}: it is not on the device allow-list`,
+      );
 
       await execa('sgdisk', ['-n', '1:2048:+2M', a!.path]);
       await execa('partx', ['-u', a!.path], { reject: false });
@@ -93,7 +97,10 @@ describe('device guard', () => {
           sysClassBlock: classBlock,
           sysDevBlock: devBlock,
         });
-        expect(await guard.verdict(loop!.path)).toEqual({ ok: false, reason: 'it is under dm-0, which is mounted at /srv/data' });
+        expect(await guard.verdict(loop!.path)).toEqual({
+          ok: false,
+          reason: 'it is under dm-0, which is mounted at /srv/data',
+        });
       } finally {
         await rm(root, { recursive: true, force: true });
       }

@@ -26,7 +26,8 @@ async function makeEsp(d: LoopDevice, files: Record<string, Buffer | string>): P
   try {
     for (const [path, content] of Object.entries(files)) {
       const dirs = path.split('/').slice(0, -1);
-      for (let i = 1; i <= dirs.length; i++) await execa('mmd', ['-D', 's', '-i', esp, `::/${dirs.slice(0, i).join('/')}`], { env, reject: false });
+      for (let i = 1; i <= dirs.length; i++)
+        await execa('mmd', ['-D', 's', '-i', esp, `::/${dirs.slice(0, i).join('/')}`], { env, reject: false });
       const local = join(work, 'f');
       await writeFile(local, content);
       await execa('mcopy', ['-i', esp, local, `::/${path}`], { env });
@@ -39,10 +40,26 @@ async function makeEsp(d: LoopDevice, files: Record<string, Buffer | string>): P
 
 describe('EFI loader discovery', () => {
   it.each([
-    ['shim before grub', ['EFI/debian/grubx64.efi', 'EFI/debian/shimx64.efi', 'EFI/debian/mmx64.efi'], [{ path: 'EFI/debian/shimx64.efi', label: 'debian' }]],
-    ['grub when there is no shim', ['EFI/ubuntu/grubx64.efi', 'EFI/BOOT/BOOTX64.EFI'], [{ path: 'EFI/ubuntu/grubx64.efi', label: 'ubuntu' }]],
-    ['another loader, never MokManager or fallback', ['EFI/acme/mmx64.efi', 'EFI/acme/fbx64.efi', 'EFI/acme/loader.efi'], [{ path: 'EFI/acme/loader.efi', label: 'acme' }]],
-    ['the removable-media path as last resort', ['EFI/BOOT/BOOTX64.EFI'], [{ path: 'EFI/BOOT/BOOTX64.EFI', label: 'ironic' }]],
+    [
+      'shim before grub',
+      ['EFI/debian/grubx64.efi', 'EFI/debian/shimx64.efi', 'EFI/debian/mmx64.efi'],
+      [{ path: 'EFI/debian/shimx64.efi', label: 'debian' }],
+    ],
+    [
+      'grub when there is no shim',
+      ['EFI/ubuntu/grubx64.efi', 'EFI/BOOT/BOOTX64.EFI'],
+      [{ path: 'EFI/ubuntu/grubx64.efi', label: 'ubuntu' }],
+    ],
+    [
+      'another loader, never MokManager or fallback',
+      ['EFI/acme/mmx64.efi', 'EFI/acme/fbx64.efi', 'EFI/acme/loader.efi'],
+      [{ path: 'EFI/acme/loader.efi', label: 'acme' }],
+    ],
+    [
+      'the removable-media path as last resort',
+      ['EFI/BOOT/BOOTX64.EFI'],
+      [{ path: 'EFI/BOOT/BOOTX64.EFI', label: 'ironic' }],
+    ],
     ['nothing', ['EFI/debian/grub.cfg'], []],
   ])('%s', (_label, files, expected) => {
     expect(chooseLoaders(files, new Map(), 'x64')).toEqual(expected);
@@ -74,7 +91,10 @@ describe('EFI loader discovery', () => {
 
 describe('image.install_bootloader', () => {
   const uefiHost = existsSync('/sys/firmware/efi');
-  if (uefiHost) console.warn('install_bootloader BIOS-ramdisk test skipped: this host booted UEFI, and the UEFI path would write its firmware boot entries');
+  if (uefiHost)
+    console.warn(
+      'install_bootloader BIOS-ramdisk test skipped: this host booted UEFI, and the UEFI path would write its firmware boot entries',
+    );
 
   async function install(d: LoopDevice, params: Record<string, unknown>) {
     const running = await startAgent({ 'device-allowlist': d.path });
@@ -89,14 +109,24 @@ describe('image.install_bootloader', () => {
 
   const result = (r: { command_result: unknown }) => (r.command_result as { result: string }).result;
 
-  it.skipIf(uefiHost)('succeeds without registering when the ramdisk did not boot in UEFI mode (this host booted BIOS)', async () => {
-    await withLoops([5 * GiB], async ([d]) => {
-      await makeEsp(d!, { 'EFI/debian/shimx64.efi': 'shim' });
-      const r = await install(d!, { root_uuid: '0x00000000', efi_system_part_uuid: null, prep_boot_part_uuid: null, target_boot_mode: 'uefi' });
-      expect(r.command_status).toBe('SUCCEEDED');
-      expect(result(r)).toMatch(new RegExp(`^install_bootloader: nothing registered: the ramdisk did not boot in UEFI mode.*${d!.path}p1`));
-    });
-  });
+  it.skipIf(uefiHost)(
+    'succeeds without registering when the ramdisk did not boot in UEFI mode (this host booted BIOS)',
+    async () => {
+      await withLoops([5 * GiB], async ([d]) => {
+        await makeEsp(d!, { 'EFI/debian/shimx64.efi': 'shim' });
+        const r = await install(d!, {
+          root_uuid: '0x00000000',
+          efi_system_part_uuid: null,
+          prep_boot_part_uuid: null,
+          target_boot_mode: 'uefi',
+        });
+        expect(r.command_status).toBe('SUCCEEDED');
+        expect(result(r)).toMatch(
+          new RegExp(`^install_bootloader: nothing registered: the ramdisk did not boot in UEFI mode.*${d!.path}p1`),
+        );
+      });
+    },
+  );
 
   it('says there is nothing to do for a disk without an ESP', async () => {
     await withLoops([5 * GiB], async ([d]) => {
@@ -110,7 +140,9 @@ describe('image.install_bootloader', () => {
   it('says there is nothing to do in BIOS mode', async () => {
     await withLoops([5 * GiB], async ([d]) => {
       const r = await install(d!, { root_uuid: '0x1234abcd' });
-      expect(result(r)).toBe('install_bootloader: nothing to do: the whole-disk image boots in bios mode with its own boot loader');
+      expect(result(r)).toBe(
+        'install_bootloader: nothing to do: the whole-disk image boots in bios mode with its own boot loader',
+      );
     });
   });
 

@@ -11,7 +11,11 @@ import { AgentClient, type CommandResult } from './helpers/agent-client.ts';
 import { startAgent } from './helpers/api-harness.ts';
 import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
 
-async function withAgent<T>(devs: LoopDevice[], flags: Record<string, string>, body: (c: AgentClient) => Promise<T>): Promise<T> {
+async function withAgent<T>(
+  devs: LoopDevice[],
+  flags: Record<string, string>,
+  body: (c: AgentClient) => Promise<T>,
+): Promise<T> {
   // An empty list would mean "no allow-list"; /dev/null is a device no disk matches.
   const allow = devs.length > 0 ? devs.map((d) => d.path).join(',') : '/dev/null';
   const running = await startAgent({ 'device-allowlist': allow, ...flags });
@@ -37,7 +41,11 @@ const node = (driverInternalInfo: Record<string, unknown> = {}) => ({
 });
 
 function execute(c: AgentClient, name: string, extra: Record<string, unknown> = {}): Promise<CommandResult> {
-  return c.command('clean.execute_clean_step', { step: step(name), node: node(), ports: [], clean_version: hardwareManagerVersions(), ...extra }, { poll: true });
+  return c.command(
+    'clean.execute_clean_step',
+    { step: step(name), node: node(), ports: [], clean_version: hardwareManagerVersions(), ...extra },
+    { poll: true },
+  );
 }
 
 async function signatures(dev: string): Promise<string> {
@@ -63,15 +71,38 @@ describe('clean extension', () => {
         clean_steps: {
           GenericHardwareManager: [
             { step: 'erase_devices', priority: 10, interface: 'deploy', reboot_requested: false, abortable: true },
-            { step: 'erase_devices_metadata', priority: 99, interface: 'deploy', reboot_requested: false, abortable: true },
-            { step: 'erase_devices_express', priority: 0, interface: 'deploy', reboot_requested: false, abortable: true },
+            {
+              step: 'erase_devices_metadata',
+              priority: 99,
+              interface: 'deploy',
+              reboot_requested: false,
+              abortable: true,
+            },
+            {
+              step: 'erase_devices_express',
+              priority: 0,
+              interface: 'deploy',
+              reboot_requested: false,
+              abortable: true,
+            },
             { step: 'erase_pstore', priority: 0, interface: 'deploy', reboot_requested: false, abortable: true },
             {
-              step: 'clean_uefi_nvram', priority: 0, interface: 'deploy', reboot_requested: false, abortable: true,
-              argsinfo: { match_patterns: { description: expect.stringMatching(/regular expressions/), required: false } },
+              step: 'clean_uefi_nvram',
+              priority: 0,
+              interface: 'deploy',
+              reboot_requested: false,
+              abortable: true,
+              argsinfo: {
+                match_patterns: { description: expect.stringMatching(/regular expressions/), required: false },
+              },
             },
-            ...['burnin_cpu', 'burnin_disk', 'burnin_memory', 'burnin_network'].map((name) =>
-              ({ step: name, priority: 0, interface: 'deploy', reboot_requested: false, abortable: true })),
+            ...['burnin_cpu', 'burnin_disk', 'burnin_memory', 'burnin_network'].map((name) => ({
+              step: name,
+              priority: 0,
+              interface: 'deploy',
+              reboot_requested: false,
+              abortable: true,
+            })),
           ],
         },
         hardware_manager_version: { generic_hardware_manager: '1.2' },
@@ -140,7 +171,11 @@ describe('clean extension', () => {
   it('erase_devices shows the disk, the pass and how far it got while it runs', async () => {
     await withLoops([128 * MiB], async ([d]) => {
       await withAgent([d!], { 'ipa-erase-discard': 'false', 'ipa-erase-random-passes': '1' }, async (c) => {
-        const started = await c.command('clean.execute_clean_step', { step: step('erase_devices'), node: node(), ports: [], clean_version: hardwareManagerVersions() }, { wait: false });
+        const started = await c.command(
+          'clean.execute_clean_step',
+          { step: step('erase_devices'), node: node(), ports: [], clean_version: hardwareManagerVersions() },
+          { wait: false },
+        );
         expect(started.command_status).toBe('RUNNING');
         const seen: Record<string, unknown>[] = [];
         let last = started;
@@ -151,7 +186,9 @@ describe('clean extension', () => {
         }
         expect(last.command_status).toBe('SUCCEEDED');
         expect(seen.length).toBeGreaterThan(0);
-        const overwrite = seen.map((r) => (r.disks as Record<string, Record<string, unknown>>)[d!.path]!).filter((r) => r.phase === 'overwrite');
+        const overwrite = seen
+          .map((r) => (r.disks as Record<string, Record<string, unknown>>)[d!.path]!)
+          .filter((r) => r.phase === 'overwrite');
         expect(overwrite.length).toBeGreaterThan(0);
         for (const r of overwrite) {
           expect(r).toMatchObject({ phase: 'overwrite', device: d!.path, passes: 2, bytes_total: d!.sizeBytes });
@@ -171,7 +208,9 @@ describe('clean extension', () => {
     await withLoops([8 * MiB], async ([d]) => {
       await fill(d!, 0xa5);
       await withAgent([d!], { 'ipa-erase-discard': 'false' }, async (c) => {
-        const r = await execute(c, 'erase_devices', { node: node({ agent_erase_devices_iterations: 1, agent_erase_devices_zeroize: false }) });
+        const r = await execute(c, 'erase_devices', {
+          node: node({ agent_erase_devices_iterations: 1, agent_erase_devices_zeroize: false }),
+        });
         expect(r.command_status).toBe('SUCCEEDED');
       });
       const data = await readFile(d!.path);
@@ -215,10 +254,16 @@ describe('clean extension', () => {
 
   it('fails an unknown step with CleaningError, and rejects a step without a name as HTTP 400', async () => {
     await withAgent([], {}, async (c) => {
-      const r = await c.command('clean.execute_clean_step', { step: { step: 'burnin_gpu', interface: 'deploy' }, node: node(), ports: [] }, { poll: true });
+      const r = await c.command(
+        'clean.execute_clean_step',
+        { step: { step: 'burnin_gpu', interface: 'deploy' }, node: node(), ports: [] },
+        { poll: true },
+      );
       expect(r.command_status).toBe('FAILED');
       expect((r.command_error as { type: string }).type).toBe('CleaningError');
-      await expect(c.command('clean.execute_clean_step', { step: { interface: 'deploy' } })).rejects.toThrow(/400.*Malformed clean_step/);
+      await expect(c.command('clean.execute_clean_step', { step: { interface: 'deploy' } })).rejects.toThrow(
+        /400.*Malformed clean_step/,
+      );
     });
   });
 });

@@ -12,7 +12,10 @@ import { ConfigDriveError } from '../agent/errors.ts';
 import { MAX_CONFIG_DRIVE_BYTES, prepareConfigDrive } from '../agent/configdrive/prepare.ts';
 import { buildIso, diskServices, toWire } from './helpers/configdrive.ts';
 
-const services = diskServices([], { 'ipa-image-download-connection-retries': '2', 'ipa-image-download-connection-retry-interval': '0' });
+const services = diskServices([], {
+  'ipa-image-download-connection-retries': '2',
+  'ipa-image-download-connection-retry-interval': '0',
+});
 let iso: Buffer;
 let server: Server;
 let base: string;

@@ -18,7 +18,12 @@ beforeAll(async () => {
 
 async function blkid(dev: string): Promise<Record<string, string>> {
   const { stdout } = await execa('blkid', ['-p', '-o', 'export', dev], { reject: false });
-  return Object.fromEntries(stdout.split('\n').filter(Boolean).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+  return Object.fromEntries(
+    stdout
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+  );
 }
 
 async function table(dev: string): Promise<string> {
@@ -81,7 +86,10 @@ describe('writeConfigDrivePartition', () => {
   });
 
   it('refuses an existing config-2 partition too small for the drive, leaving it as it was', async () => {
-    const big = await prepareConfigDrive(diskServices([]), toWire(await buildIso({ 'openstack/latest/user_data': Buffer.alloc(3 * MiB, 1) })));
+    const big = await prepareConfigDrive(
+      diskServices([]),
+      toWire(await buildIso({ 'openstack/latest/user_data': Buffer.alloc(3 * MiB, 1) })),
+    );
     await withLoops([100 * MiB], async ([d]) => {
       await execa('sgdisk', ['-n', '1:0:+32M', '-n', '2:0:+2M', d!.path]);
       await execa('partx', ['-u', d!.path]);
@@ -98,7 +106,16 @@ describe('writeConfigDrivePartition', () => {
   it('refuses an MBR disk with four primary partitions and leaves its table alone', async () => {
     await withLoops([200 * MiB], async ([d]) => {
       const mk = (a: number, b: number) => ['mkpart', 'primary', 'ext4', `${a}MiB`, `${b}MiB`];
-      await execa('parted', ['-s', d!.path, 'mklabel', 'msdos', ...mk(1, 10), ...mk(10, 20), ...mk(20, 30), ...mk(30, 40)]);
+      await execa('parted', [
+        '-s',
+        d!.path,
+        'mklabel',
+        'msdos',
+        ...mk(1, 10),
+        ...mk(10, 20),
+        ...mk(20, 30),
+        ...mk(30, 40),
+      ]);
       const before = await table(d!.path);
       const err = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, drive).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(ConfigDriveError);
@@ -130,7 +147,9 @@ describe('writeConfigDrivePartition', () => {
     await withLoops([100 * MiB], async ([d]) => {
       await execa('sgdisk', ['-n', '1:0:+10M', d!.path]);
       const before = await table(d!.path);
-      const err = await writeConfigDrivePartition(diskServices(['/dev/null-not-this-one']), d!.path, drive).catch((e: unknown) => e);
+      const err = await writeConfigDrivePartition(diskServices(['/dev/null-not-this-one']), d!.path, drive).catch(
+        (e: unknown) => e,
+      );
       expect(err).toBeInstanceOf(ProtectedDeviceError);
       expect(await table(d!.path)).toBe(before);
     });
@@ -139,25 +158,30 @@ describe('writeConfigDrivePartition', () => {
   it.each([
     ['GPT', (dev: string) => ['sgdisk', '-n', '1:0:+32M', dev]],
     ['MBR', (dev: string) => ['parted', '-s', dev, 'mklabel', 'msdos', 'mkpart', 'primary', 'ext4', '1MiB', '33MiB']],
-  ])('rebuilds the drive as VFAT labelled CONFIG-2 on a 4 KiB-sector %s disk, with the same files', async (_label, layout) => {
-    await withLoops(
-      [200 * MiB],
-      async ([d]) => {
-        const [tool, ...args] = layout(d!.path);
-        await execa(tool!, args);
-        const { partition } = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, drive);
-        const id = await blkid(partition);
-        expect(id.TYPE).toBe('vfat');
-        expect(id.LABEL).toBe('CONFIG-2');
-        expect(id.BLOCK_SIZE).toBe('4096');
-        for (const [path, content] of Object.entries(DEFAULT_FILES)) {
-          const { stdout } = await execa('mtype', ['-i', partition, `::/${path}`], { env: { MTOOLS_SKIP_CHECK: '1' } });
-          expect(stdout).toBe(content.replace(/\n$/, ''));
-        }
-      },
-      { sectorSize: 4096 },
-    );
-  });
+  ])(
+    'rebuilds the drive as VFAT labelled CONFIG-2 on a 4 KiB-sector %s disk, with the same files',
+    async (_label, layout) => {
+      await withLoops(
+        [200 * MiB],
+        async ([d]) => {
+          const [tool, ...args] = layout(d!.path);
+          await execa(tool!, args);
+          const { partition } = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, drive);
+          const id = await blkid(partition);
+          expect(id.TYPE).toBe('vfat');
+          expect(id.LABEL).toBe('CONFIG-2');
+          expect(id.BLOCK_SIZE).toBe('4096');
+          for (const [path, content] of Object.entries(DEFAULT_FILES)) {
+            const { stdout } = await execa('mtype', ['-i', partition, `::/${path}`], {
+              env: { MTOOLS_SKIP_CHECK: '1' },
+            });
+            expect(stdout).toBe(content.replace(/\n$/, ''));
+          }
+        },
+        { sectorSize: 4096 },
+      );
+    },
+  );
 
   it('rebuilds a VFAT drive with 512-byte sectors for a 4 KiB-sector disk', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'ina-vfat-'));
@@ -166,7 +190,9 @@ describe('writeConfigDrivePartition', () => {
       await execa('mkfs.vfat', ['-C', '-S', '512', '-n', 'CONFIG-2', fat, '4096']);
       await execa('mmd', ['-i', fat, '::/openstack', '::/openstack/latest'], { env: { MTOOLS_SKIP_CHECK: '1' } });
       await writeFile(join(dir, 'meta'), '{"uuid": "x"}');
-      await execa('mcopy', ['-i', fat, join(dir, 'meta'), '::/openstack/latest/meta_data.json'], { env: { MTOOLS_SKIP_CHECK: '1' } });
+      await execa('mcopy', ['-i', fat, join(dir, 'meta'), '::/openstack/latest/meta_data.json'], {
+        env: { MTOOLS_SKIP_CHECK: '1' },
+      });
       const vfatDrive = await prepareConfigDrive(diskServices([]), toWire(await readFile(fat)));
       expect(vfatDrive.sectorSize).toBe(512);
       await withLoops(
@@ -175,7 +201,9 @@ describe('writeConfigDrivePartition', () => {
           await execa('sgdisk', ['-n', '1:0:+32M', d!.path]);
           const { partition } = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, vfatDrive);
           expect((await blkid(partition)).BLOCK_SIZE).toBe('4096');
-          const { stdout } = await execa('mtype', ['-i', partition, '::/openstack/latest/meta_data.json'], { env: { MTOOLS_SKIP_CHECK: '1' } });
+          const { stdout } = await execa('mtype', ['-i', partition, '::/openstack/latest/meta_data.json'], {
+            env: { MTOOLS_SKIP_CHECK: '1' },
+          });
           expect(stdout).toBe('{"uuid": "x"}');
         },
         { sectorSize: 4096 },

@@ -37,9 +37,20 @@ describe('hdparm -I security section', () => {
   it('reads each recorded state exactly ("not enabled" is not "enabled")', async () => {
     const read = async (f: string) => parseSecurity(await readFile(join(FIXTURES, `${f}.txt`), 'utf8'));
     expect(await read('enhanced-capable')).toEqual({
-      supported: true, enabled: false, locked: false, frozen: false, enhanced: true, eraseMinutes: 2, enhancedEraseMinutes: 4,
+      supported: true,
+      enabled: false,
+      locked: false,
+      frozen: false,
+      enhanced: true,
+      eraseMinutes: 2,
+      enhancedEraseMinutes: 4,
     });
-    expect(await read('normal-only')).toMatchObject({ supported: true, enhanced: false, eraseMinutes: 2, enhancedEraseMinutes: null });
+    expect(await read('normal-only')).toMatchObject({
+      supported: true,
+      enhanced: false,
+      eraseMinutes: 2,
+      enhancedEraseMinutes: null,
+    });
     expect(await read('frozen')).toMatchObject({ supported: true, frozen: true, locked: false });
     expect(await read('locked')).toMatchObject({ enabled: true, locked: true, frozen: false });
     expect(await read('enabled')).toMatchObject({ enabled: true, locked: false });
@@ -66,7 +77,9 @@ describe('ATA security erase', () => {
 
   it('reports a frozen drive clearly and sends it no security command', async () => {
     const f = await drive('frozen');
-    await expect(ataSecureErase(DISK)).rejects.toThrow(/\/dev\/fake-sdb is frozen and cannot be erased.*suspend and resume/);
+    await expect(ataSecureErase(DISK)).rejects.toThrow(
+      /\/dev\/fake-sdb is frozen and cannot be erased.*suspend and resume/,
+    );
     expect(await securityCalls(f)).toEqual([]);
   });
 
@@ -78,9 +91,11 @@ describe('ATA security erase', () => {
     expect(await finalState(f)).toMatchObject({ enabled: false, locked: false });
   });
 
-  it('refuses a drive locked with somebody else\'s password, and erases nothing', async () => {
+  it("refuses a drive locked with somebody else's password, and erases nothing", async () => {
     const f = await drive('locked', { unlockFails: true });
-    await expect(ataSecureErase(DISK)).rejects.toThrow('Block device /dev/fake-sdb already has a security password set');
+    await expect(ataSecureErase(DISK)).rejects.toThrow(
+      'Block device /dev/fake-sdb already has a security password set',
+    );
     expect(await securityCalls(f)).toEqual(['--security-unlock NULL', '--security-unlock ']);
   });
 
@@ -93,13 +108,18 @@ describe('ATA security erase', () => {
 
   it('says why a drive without the security feature set is not erased, and touches nothing', async () => {
     const f = await drive('unsupported');
-    expect(await ataSecureErase(DISK)).toEqual({ erased: false, reason: 'the drive does not support the ATA security feature set' });
+    expect(await ataSecureErase(DISK)).toEqual({
+      erased: false,
+      reason: 'the drive does not support the ATA security feature set',
+    });
     expect(await securityCalls(f)).toEqual([]);
   });
 
   it('a failed erase: unlocks and disables the password, then reports the failure', async () => {
     const f = await drive('enhanced-capable', { eraseFails: true });
-    await expect(ataSecureErase(DISK)).rejects.toThrow(/Erase failed for device \/dev\/fake-sdb: .*SECURITY_ERASE: Input\/output error/);
+    await expect(ataSecureErase(DISK)).rejects.toThrow(
+      /Erase failed for device \/dev\/fake-sdb: .*SECURITY_ERASE: Input\/output error/,
+    );
     expect(await securityCalls(f)).toEqual([
       '--security-set-pass NULL',
       '--security-erase-enhanced NULL',
@@ -112,7 +132,11 @@ describe('ATA security erase', () => {
   it('an erase that times out: the tool is stopped and the password removed', async () => {
     const f = await drive('enhanced-capable', { eraseHangs: true });
     await expect(ataSecureErase(DISK, { eraseTimeoutMs: 1500 })).rejects.toThrow(/Erase failed .*timed out/);
-    expect(await securityCalls(f)).toEqual(['--security-set-pass NULL', '--security-erase-enhanced NULL', '--security-disable NULL']);
+    expect(await securityCalls(f)).toEqual([
+      '--security-set-pass NULL',
+      '--security-erase-enhanced NULL',
+      '--security-disable NULL',
+    ]);
     expect((await finalState(f)).enabled).toBe(false);
   });
 
@@ -132,7 +156,9 @@ describe('ATA security erase', () => {
 
   it('a password that cannot be removed is reported, with the erase failure', async () => {
     const f = await drive('enhanced-capable', { eraseFails: true, unlockFails: true });
-    await expect(ataSecureErase(DISK)).rejects.toThrow(/Erase failed .*and the security password NULL could not be removed \(security is still enabled and locked\)/);
+    await expect(ataSecureErase(DISK)).rejects.toThrow(
+      /Erase failed .*and the security password NULL could not be removed \(security is still enabled and locked\)/,
+    );
     expect((await finalState(f)).enabled).toBe(true);
   });
 

@@ -22,7 +22,10 @@ afterEach(async () => {
 });
 
 /** id-ctrl fields as nvme-cli 2.x prints them (a real controller prints ~100 more). */
-async function controller(idCtrl: Record<string, unknown>, behaviour: Record<string, unknown> = {}): Promise<FakeTools> {
+async function controller(
+  idCtrl: Record<string, unknown>,
+  behaviour: Record<string, unknown> = {},
+): Promise<FakeTools> {
   fakes = await installFakes({ nvme: FAKE_NVME });
   await writeFile(join(fakes.dir, 'id-ctrl.json'), JSON.stringify({ vid: 6989, mn: 'QEMU NVMe Ctrl', ...idCtrl }));
   await writeFile(join(fakes.dir, 'behaviour.json'), JSON.stringify(behaviour));
@@ -49,20 +52,28 @@ describe('nvme format', () => {
 
   it('refuses a controller without Format NVM (OACS bit 1), and formats nothing', async () => {
     const f = await controller({ oacs: 0x5, fna: 0x4 });
-    await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', opts)).rejects.toThrow('nvme-cli did not return any supported format modes for device: /dev/fake-nvme0n1');
+    await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', opts)).rejects.toThrow(
+      'nvme-cli did not return any supported format modes for device: /dev/fake-nvme0n1',
+    );
     expect((await f.calls('nvme')).length).toBe(1);
   });
 
   it('reports an empty answer, a failed id-ctrl and a failed format, naming the device', async () => {
     await controller({});
     await writeFile(join(fakes!.dir, 'id-ctrl.json'), '{}');
-    await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', opts)).rejects.toThrow('nvme-cli did not return any information for device: /dev/fake-nvme0n1');
+    await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', opts)).rejects.toThrow(
+      'nvme-cli did not return any information for device: /dev/fake-nvme0n1',
+    );
     await fakes!.close();
     await controller({ oacs: 2 }, { idFails: true });
-    await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', opts)).rejects.toThrow(/Failed to fetch NVMe capabilities for device \/dev\/fake-nvme0n1: .*Invalid Field/);
+    await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', opts)).rejects.toThrow(
+      /Failed to fetch NVMe capabilities for device \/dev\/fake-nvme0n1: .*Invalid Field/,
+    );
     await fakes!.close();
     await controller({ oacs: 2 }, { format: 'fail' });
-    await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', opts)).rejects.toThrow(/Failed to nvme format device \/dev\/fake-nvme0n1: .*INVALID_FORMAT/);
+    await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', opts)).rejects.toThrow(
+      /Failed to nvme format device \/dev\/fake-nvme0n1: .*INVALID_FORMAT/,
+    );
   });
 
   it('never formats a partition node', async () => {
@@ -75,15 +86,36 @@ describe('nvme format', () => {
 /** A loop device presented as an NVMe namespace: the name decides the method, the path is what is erased. */
 function asNvme(d: LoopDevice): BlockDevice {
   return {
-    name: 'nvme0n1', path: d.path, size: d.sizeBytes, model: null, vendor: null, serial: null, wwn: null, wwnWithExtension: null,
-    wwnVendorExtension: null, rotational: false, hctl: null, byPath: null, logicalSectorSize: 512, physicalSectorSize: 512,
-    type: 'disk', tran: 'nvme', readOnly: false,
+    name: 'nvme0n1',
+    path: d.path,
+    size: d.sizeBytes,
+    model: null,
+    vendor: null,
+    serial: null,
+    wwn: null,
+    wwnWithExtension: null,
+    wwnVendorExtension: null,
+    rotational: false,
+    hctl: null,
+    byPath: null,
+    logicalSectorSize: 512,
+    physicalSectorSize: 512,
+    type: 'disk',
+    tran: 'nvme',
+    readOnly: false,
   };
 }
 
 const settings = (over: Partial<EraseSettings> = {}): EraseSettings => ({
-  nvmeSecureErase: true, ataSecureErase: true, continueIfSecureEraseFailed: false, randomPasses: 1, finalZeroPass: true,
-  concurrency: 1, skipReadOnly: false, discard: true, ...over,
+  nvmeSecureErase: true,
+  ataSecureErase: true,
+  continueIfSecureEraseFailed: false,
+  randomPasses: 1,
+  finalZeroPass: true,
+  concurrency: 1,
+  skipReadOnly: false,
+  discard: true,
+  ...over,
 });
 
 async function fill(d: LoopDevice): Promise<void> {
@@ -104,7 +136,12 @@ describe('NVMe erase of a disk, judged by the read-back', () => {
       await fill(d!);
       await controller({ oacs: 2, fna: 4 }, { format: 'zero' });
       const r = await erase(d!, settings());
-      expect(r).toMatchObject({ method: 'nvme crypto erase', bytes: 8 * MiB, attempts: [], verification: { ok: true, expect: 'changed', regions: 18 } });
+      expect(r).toMatchObject({
+        method: 'nvme crypto erase',
+        bytes: 8 * MiB,
+        attempts: [],
+        verification: { ok: true, expect: 'changed', regions: 18 },
+      });
       expect((await readFile(d!.path)).every((b) => b === 0)).toBe(true);
     });
   });
@@ -115,7 +152,9 @@ describe('NVMe erase of a disk, judged by the read-back', () => {
       await controller({ oacs: 2, fna: 0 }, { format: 'noop' });
       const err = await erase(d!, settings()).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(SecureEraseFailed);
-      expect(String((err as Error).message)).toMatch(/falling back to overwriting is not enabled.*nvme user-data erase of \/dev\/loop\d+ left data behind: the data at byte \d+ is unchanged \(seed \d+\)/);
+      expect(String((err as Error).message)).toMatch(
+        /falling back to overwriting is not enabled.*nvme user-data erase of \/dev\/loop\d+ left data behind: the data at byte \d+ is unchanged \(seed \d+\)/,
+      );
       expect((await readFile(d!.path)).every((b) => b === 0x5a)).toBe(true);
 
       const r = await erase(d!, settings({ continueIfSecureEraseFailed: true }));

@@ -20,7 +20,11 @@ afterEach(async () => {
   fakes = undefined;
 });
 
-async function withAgent<T>(devs: LoopDevice[], flags: Record<string, string>, body: (c: AgentClient) => Promise<T>): Promise<T> {
+async function withAgent<T>(
+  devs: LoopDevice[],
+  flags: Record<string, string>,
+  body: (c: AgentClient) => Promise<T>,
+): Promise<T> {
   const running = await startAgent({ 'device-allowlist': devs.map((d) => d.path).join(','), ...flags });
   const client = new AgentClient({ url: running.url, pollIntervalMs: 100, pollAttempts: 1200 });
   try {
@@ -44,7 +48,7 @@ function execute(c: AgentClient, info: Record<string, unknown> = {}, name = 'era
 }
 
 const resultOf = (r: CommandResult) => (r.command_result as { clean_result: Record<string, any> }).clean_result;
-const details = (r: CommandResult) => (r.command_error as { type: string; details: string });
+const details = (r: CommandResult) => r.command_error as { type: string; details: string };
 
 async function fill(dev: LoopDevice, byte = 0xa5): Promise<void> {
   const fh = await open(dev.path, 'r+');
@@ -67,8 +71,16 @@ describe('erase_devices on loop devices', () => {
         const r = await execute(c);
         expect(r.command_error).toBeNull();
         const disk = resultOf(r)[d!.path];
-        expect(disk).toMatchObject({ method: 'overwrite', passes: 2, bytes: d!.sizeBytes, verification: { ok: true, expect: 'zeros' } });
-        expect(disk.attempts.map((a: { method: string }) => a.method)).toEqual(['ata security erase', 'secure discard']);
+        expect(disk).toMatchObject({
+          method: 'overwrite',
+          passes: 2,
+          bytes: d!.sizeBytes,
+          verification: { ok: true, expect: 'zeros' },
+        });
+        expect(disk.attempts.map((a: { method: string }) => a.method)).toEqual([
+          'ata security erase',
+          'secure discard',
+        ]);
         expect(disk.attempts[1].error).toMatch(/read-back found non-zero data at byte \d+ \(seed \d+\)/);
       });
       expect(await fakes.calls('blkdiscard')).toEqual([['-s', d!.path]]);
@@ -81,7 +93,11 @@ describe('erase_devices on loop devices', () => {
       await fill(d!);
       await withAgent([d!], { 'ipa-erase-discard': 'false' }, async (c) => {
         const r = await execute(c, { agent_erase_devices_iterations: 2, agent_erase_devices_zeroize: true });
-        expect(resultOf(r)[d!.path]).toMatchObject({ method: 'overwrite', passes: 3, verification: { ok: true, expect: 'zeros' } });
+        expect(resultOf(r)[d!.path]).toMatchObject({
+          method: 'overwrite',
+          passes: 3,
+          verification: { ok: true, expect: 'zeros' },
+        });
       });
       expect((await readFile(d!.path)).every((b) => b === 0)).toBe(true);
     });
@@ -92,7 +108,11 @@ describe('erase_devices on loop devices', () => {
       await fill(d!);
       await withAgent([d!], { 'ipa-erase-discard': 'false' }, async (c) => {
         const r = await execute(c, { agent_erase_devices_iterations: 1, agent_erase_devices_zeroize: false });
-        expect(resultOf(r)[d!.path]).toMatchObject({ method: 'overwrite', passes: 1, verification: { ok: true, expect: 'changed' } });
+        expect(resultOf(r)[d!.path]).toMatchObject({
+          method: 'overwrite',
+          passes: 1,
+          verification: { ok: true, expect: 'changed' },
+        });
       });
       const data = await readFile(d!.path);
       expect(count(data, 0xa5)).toBeLessThan(data.length / 100);
@@ -104,11 +124,17 @@ describe('erase_devices on loop devices', () => {
     await withLoops([32 * MiB, 32 * MiB, 32 * MiB], async (devs) => {
       await withAgent(devs, { 'ipa-erase-discard': 'false' }, async (c) => {
         for (const concurrency of [2, 1]) {
-          const started = await c.command('clean.execute_clean_step', params('erase_devices', { disk_erasure_concurrency: concurrency }), { wait: false });
+          const started = await c.command(
+            'clean.execute_clean_step',
+            params('erase_devices', { disk_erasure_concurrency: concurrency }),
+            { wait: false },
+          );
           let last = started;
           let most = 0;
           while (last.command_status === 'RUNNING') {
-            const disks = (last.command_result as { disks?: Record<string, { phase: string; device?: string }> } | null)?.disks ?? {};
+            const disks =
+              (last.command_result as { disks?: Record<string, { phase: string; device?: string }> } | null)?.disks ??
+              {};
             const busy = Object.values(disks).filter((p) => !['waiting', 'done', 'failed'].includes(p.phase));
             most = Math.max(most, busy.length);
             for (const [dev, p] of Object.entries(disks)) if (p.device) expect(p.device).toBe(dev);
@@ -133,7 +159,9 @@ describe('erase_devices on loop devices', () => {
           const failed = await execute(c);
           expect(failed.command_status).toBe('FAILED');
           expect(details(failed)).toMatchObject({ type: 'BlockDeviceEraseError' });
-          expect(details(failed).details).toContain(`Failed to invoke erase of device ${ro!.path} as the device is flagged read-only`);
+          expect(details(failed).details).toContain(
+            `Failed to invoke erase of device ${ro!.path} as the device is flagged read-only`,
+          );
           expect((await readFile(rw!.path)).every((b) => b === 0xa5)).toBe(true);
 
           const r = await execute(c, { agent_erase_skip_read_only: true });
@@ -157,13 +185,17 @@ describe('erase_devices with ATA security (fake hdparm)', () => {
     return f;
   }
 
-  it('an erase the read-back proves is the disk\'s method', async () => {
+  it("an erase the read-back proves is the disk's method", async () => {
     await withLoops([8 * MiB], async ([d]) => {
       await fill(d!);
       fakes = await ata('enhanced-capable', { zeroDevice: true });
       await withAgent([d!], {}, async (c) => {
         const r = await execute(c);
-        expect(resultOf(r)[d!.path]).toMatchObject({ method: 'ata enhanced security erase', attempts: [], verification: { ok: true, expect: 'changed' } });
+        expect(resultOf(r)[d!.path]).toMatchObject({
+          method: 'ata enhanced security erase',
+          attempts: [],
+          verification: { ok: true, expect: 'changed' },
+        });
       });
       expect((await readFile(d!.path)).every((b) => b === 0)).toBe(true);
     });
@@ -176,7 +208,11 @@ describe('erase_devices with ATA security (fake hdparm)', () => {
       await withAgent([d!], {}, async (c) => {
         const r = await execute(c);
         expect(r.command_status).toBe('FAILED');
-        expect(details(r).details).toMatch(new RegExp(`Failed to erase 1 of 1 device\\(s\\): ${d!.path}: secure erase failed and falling back .* ata enhanced security erase of ${d!.path} left data behind`));
+        expect(details(r).details).toMatch(
+          new RegExp(
+            `Failed to erase 1 of 1 device\\(s\\): ${d!.path}: secure erase failed and falling back .* ata enhanced security erase of ${d!.path} left data behind`,
+          ),
+        );
       });
       expect(await readFile(join(fakes.dir, 'identify.txt'), 'utf8')).toMatch(/^\tnot\tenabled$/m);
     });

@@ -31,8 +31,10 @@ async function iso(flags: string[], files: Record<string, Buffer> = FILES): Prom
   }
 }
 
-const asMap = (files: { path: string; data: Buffer }[]) => Object.fromEntries(files.map((f) => [f.path, f.data.toString('hex')]));
-const expected = (files: Record<string, Buffer>) => Object.fromEntries(Object.entries(files).map(([p, d]) => [p, d.toString('hex')]));
+const asMap = (files: { path: string; data: Buffer }[]) =>
+  Object.fromEntries(files.map((f) => [f.path, f.data.toString('hex')]));
+const expected = (files: Record<string, Buffer>) =>
+  Object.fromEntries(Object.entries(files).map(([p, d]) => [p, d.toString('hex')]));
 
 describe('readIsoFiles', () => {
   it('reads ironic-style images (Rock Ridge + Joliet) exactly', async () => {

@@ -12,7 +12,14 @@ import { AgentClient } from './helpers/agent-client.ts';
 
 describe('log.collect_system_logs', () => {
   it('returns a base64 gzipped tar of the agent log, kernel log, block devices, network and mounts', async () => {
-    const config = buildConfig(new Map(), new Map([['standalone', 'true'], ['ipa-listen-host', '127.0.0.1'], ['ipa-listen-port', '0']]));
+    const config = buildConfig(
+      new Map(),
+      new Map([
+        ['standalone', 'true'],
+        ['ipa-listen-host', '127.0.0.1'],
+        ['ipa-listen-port', '0'],
+      ]),
+    );
     const logger = createLogger({ debug: false, quiet: true });
     const agent = createAgent(config, logger);
     const server = await agent.listen();
@@ -27,7 +34,18 @@ describe('log.collect_system_logs', () => {
       const archive = join(work, 'logs.tar.gz');
       await writeFile(archive, Buffer.from(b64, 'base64'));
       const members = (await execa('tar', ['-tzf', archive])).stdout.split('\n').map((m) => m.replace(/^\.\//, ''));
-      for (const m of ['agent.log', 'dmesg', 'lsblk', 'lsblk-json', 'blkid', 'ip_addr', 'ip_route', 'mounts', 'df', 'ps']) {
+      for (const m of [
+        'agent.log',
+        'dmesg',
+        'lsblk',
+        'lsblk-json',
+        'blkid',
+        'ip_addr',
+        'ip_route',
+        'mounts',
+        'df',
+        'ps',
+      ]) {
         expect(members).toContain(m);
       }
       await execa('tar', ['-xzf', archive, '-C', work]);

@@ -70,20 +70,30 @@ describe('chooseRootDevice', () => {
     ['name <in>', () => ({ name: `<in> ${mid.path.slice(5)}` }), () => mid.path],
     ['name <or>', () => ({ name: `<or> /dev/nothing <or> ${mid.path}` }), () => mid.path],
     ['rotational', () => ({ rotational: true, size: 6 }), () => big.path],
-  ] as [string, () => Record<string, unknown>, () => string | string[]][])('hint %s', async (_label, hints, expected) => {
-    expect([expected()].flat()).toContain(await choose(hints()));
-  });
+  ] as [string, () => Record<string, unknown>, () => string | string[]][])(
+    'hint %s',
+    async (_label, hints, expected) => {
+      expect([expected()].flat()).toContain(await choose(hints()));
+    },
+  );
 
   it('reads the node root_device hints when none are passed', async () => {
     const services = diskServices(paths);
-    services.state.update({ node: { uuid: 'n1', properties: { root_device: { size: 6 } }, instance_info: {}, driver_internal_info: {} } });
+    services.state.update({
+      node: { uuid: 'n1', properties: { root_device: { size: 6 } }, instance_info: {}, driver_internal_info: {} },
+    });
     expect((await chooseRootDevice(services)).path).toBe(big.path);
   });
 
   it('honours the node skip_block_devices and the agent skip list', async () => {
     const services = diskServices(paths);
     services.state.update({
-      node: { uuid: 'n1', properties: { skip_block_devices: [{ name: mid.path }, { volume_name: 'r0' }] }, instance_info: {}, driver_internal_info: {} },
+      node: {
+        uuid: 'n1',
+        properties: { skip_block_devices: [{ name: mid.path }, { volume_name: 'r0' }] },
+        instance_info: {},
+        driver_internal_info: {},
+      },
     });
     expect((await chooseRootDevice(services)).path).toBe(big.path);
     expect(await choose(undefined, { 'ipa-skip-block-devices': mid.path })).toBe(big.path);
@@ -122,4 +132,3 @@ describe('chooseRootDevice', () => {
     expect((err as Error).message).toMatch(/failed to validate/);
   });
 });
-

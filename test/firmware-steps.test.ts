@@ -21,7 +21,10 @@ afterEach(async () => {
 async function agent(flags: Record<string, string> = {}): Promise<AgentClient> {
   const a: RunningAgent = await startAgent({ 'device-allowlist': '/dev/null', ...flags });
   const c = new AgentClient({ url: a.url, pollIntervalMs: 50, pollAttempts: 600 });
-  cleanups.push(() => a.close(), () => c.close());
+  cleanups.push(
+    () => a.close(),
+    () => c.close(),
+  );
   return c;
 }
 
@@ -37,10 +40,25 @@ const ENTRIES = [
   { num: '0003', label: 'old grub', loader: '\\EFI\\old\\grubx64.efi' },
 ];
 
-function clean(c: AgentClient, name: string, args: Record<string, unknown> = {}, driverInfo: Record<string, unknown> = {}): Promise<CommandResult> {
+function clean(
+  c: AgentClient,
+  name: string,
+  args: Record<string, unknown> = {},
+  driverInfo: Record<string, unknown> = {},
+): Promise<CommandResult> {
   const step = { ...CLEAN_STEPS.find((s) => s.step === name)!, args };
-  const node = { uuid: '2005a784-89ea-4482-b56a-65497029a47e', properties: {}, instance_info: {}, driver_internal_info: {}, driver_info: driverInfo };
-  return c.command('clean.execute_clean_step', { step, node, ports: [], clean_version: hardwareManagerVersions() }, { poll: true });
+  const node = {
+    uuid: '2005a784-89ea-4482-b56a-65497029a47e',
+    properties: {},
+    instance_info: {},
+    driver_internal_info: {},
+    driver_info: driverInfo,
+  };
+  return c.command(
+    'clean.execute_clean_step',
+    { step, node, ports: [], clean_version: hardwareManagerVersions() },
+    { poll: true },
+  );
 }
 
 describe('clean_uefi_nvram (fake efivars)', () => {
@@ -57,7 +75,11 @@ describe('clean_uefi_nvram (fake efivars)', () => {
     const fw = await firmware({ entries: ENTRIES });
     const c = await agent({ 'ina-firmware-root': fw.root });
     const step = { interface: 'deploy', step: 'clean_uefi_nvram', args: { match_patterns: ['OLD\\\\GRUB'] } };
-    const r = await c.command('deploy.execute_deploy_step', { step, node: {}, ports: [], deploy_version: hardwareManagerVersions() }, { poll: true });
+    const r = await c.command(
+      'deploy.execute_deploy_step',
+      { step, node: {}, ports: [], deploy_version: hardwareManagerVersions() },
+      { poll: true },
+    );
     expect(r.command_error).toBeNull();
     expect(await fw.bootEntries()).toEqual(['0001', '0002']);
   });
@@ -72,7 +94,9 @@ describe('clean_uefi_nvram (fake efivars)', () => {
     const r = await clean(c, 'clean_uefi_nvram', { match_patterns: patterns });
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error).toMatchObject({ type: 'InvalidCommandParamsError' });
-    expect(r.command_error).toMatchObject({ details: expect.stringMatching(/^The match_patterns must be a list of strings/) });
+    expect(r.command_error).toMatchObject({
+      details: expect.stringMatching(/^The match_patterns must be a list of strings/),
+    });
     expect(await fw.bootEntries()).toEqual(['0001', '0002', '0003']);
   });
 
@@ -81,7 +105,10 @@ describe('clean_uefi_nvram (fake efivars)', () => {
     cleanups.push(() => fakes.close());
     const c = await agent();
     const r = await clean(c, 'clean_uefi_nvram');
-    expect(r.command_error).toMatchObject({ type: 'CleaningError', details: expect.stringMatching(/--ina-firmware-root/) });
+    expect(r.command_error).toMatchObject({
+      type: 'CleaningError',
+      details: expect.stringMatching(/--ina-firmware-root/),
+    });
     expect(await fakes.calls('efibootmgr')).toEqual([]);
   });
 
@@ -94,7 +121,11 @@ describe('clean_uefi_nvram (fake efivars)', () => {
       'Boot000A  Disabled thing VenHw(99e275e7-75a0-4b37-a2e6-c5385e6c00cb)',
     ].join('\n');
     expect(parseBootEntries(text)).toEqual([
-      { num: '0001', label: 'debian', path: 'HD(1,GPT,67452301-ab89-efcd-0123-456789abcdef,0x800,0x10000)/File(\\EFI\\debian\\shimx64.efi)' },
+      {
+        num: '0001',
+        label: 'debian',
+        path: 'HD(1,GPT,67452301-ab89-efcd-0123-456789abcdef,0x800,0x10000)/File(\\EFI\\debian\\shimx64.efi)',
+      },
       { num: '0002', label: 'UEFI PXEv4 (MAC:525400123456)', path: 'PciRoot(0x0)/Pci(0x3,0x0)/MAC(525400123456,1)' },
       { num: '000A', label: 'Disabled thing', path: 'VenHw(99e275e7-75a0-4b37-a2e6-c5385e6c00cb)' },
     ]);
@@ -134,17 +165,72 @@ describe('erase_pstore (fake pstore)', () => {
 describe('burn-in settings (driver_info), checked before any tool runs', () => {
   it("IPA's command lines and defaults", () => {
     expect(stressArgs('cpu', {}).args).toEqual(['--cpu', '0', '--timeout', '86400', '--metrics-brief']);
-    expect(stressArgs('memory', { 'agent_burnin_vm_vm-bytes': '512M', agent_burnin_vm_timeout: '60', agent_burnin_vm_outputfile: '/var/log/vm.log' }).args)
-      .toEqual(['--vm', '0', '--timeout', '60', '--vm-bytes', '512M', '--metrics-brief', '--log-file', '/var/log/vm.log']);
-    expect(fioDiskArgs({}, ['/dev/sda'])).toEqual([
-      '--rw', 'readwrite', '--bs', '4k', '--direct', '1', '--ioengine', 'libaio', '--iodepth', '32', '--verify', 'crc32c',
-      '--verify_dump', '1', '--continue_on_error', 'verify', '--loops', '4', '--verify_state_save', '0', '--name', '/dev/sda', '--filename', '/dev/sda',
+    expect(
+      stressArgs('memory', {
+        'agent_burnin_vm_vm-bytes': '512M',
+        agent_burnin_vm_timeout: '60',
+        agent_burnin_vm_outputfile: '/var/log/vm.log',
+      }).args,
+    ).toEqual([
+      '--vm',
+      '0',
+      '--timeout',
+      '60',
+      '--vm-bytes',
+      '512M',
+      '--metrics-brief',
+      '--log-file',
+      '/var/log/vm.log',
     ]);
-    const plan = networkPlan({ agent_burnin_fio_network_config: '{"role": "reader", "partner": "node-2"}', agent_burnin_fio_network_runtime: 30 });
+    expect(fioDiskArgs({}, ['/dev/sda'])).toEqual([
+      '--rw',
+      'readwrite',
+      '--bs',
+      '4k',
+      '--direct',
+      '1',
+      '--ioengine',
+      'libaio',
+      '--iodepth',
+      '32',
+      '--verify',
+      'crc32c',
+      '--verify_dump',
+      '1',
+      '--continue_on_error',
+      'verify',
+      '--loops',
+      '4',
+      '--verify_state_save',
+      '0',
+      '--name',
+      '/dev/sda',
+      '--filename',
+      '/dev/sda',
+    ]);
+    const plan = networkPlan({
+      agent_burnin_fio_network_config: '{"role": "reader", "partner": "node-2"}',
+      agent_burnin_fio_network_runtime: 30,
+    });
     expect(plan).toEqual({ role: 'reader', partner: 'node-2', runtimeS: 30 });
     expect(fioNetworkArgs(plan, false)).toEqual([
-      '--ioengine', 'net', '--port', '9000', '--fill_device', '1', '--group_reporting', '--gtod_reduce', '1', '--numjobs', '16',
-      '--name', 'reader', '--rw', 'read', '--hostname', 'node-2',
+      '--ioengine',
+      'net',
+      '--port',
+      '9000',
+      '--fill_device',
+      '1',
+      '--group_reporting',
+      '--gtod_reduce',
+      '1',
+      '--numjobs',
+      '16',
+      '--name',
+      'reader',
+      '--rw',
+      'read',
+      '--hostname',
+      'node-2',
     ]);
   });
 
@@ -157,8 +243,16 @@ describe('burn-in settings (driver_info), checked before any tool runs', () => {
     ['burnin_disk', { agent_burnin_fio_disk_smart_test: true }, /smartctl/],
     ['burnin_network', {}, /needs a partner/],
     ['burnin_network', { agent_burnin_fio_network_pairing_backend_url: 'etcd3+http://x:2379' }, /dynamic pairing/],
-    ['burnin_network', { agent_burnin_fio_network_config: { role: 'talker', partner: 'x' } }, /role must be writer or reader/],
-    ['burnin_network', { agent_burnin_fio_network_config: { role: 'writer', partner: 'x; rm -rf /' } }, /partner must be a host/],
+    [
+      'burnin_network',
+      { agent_burnin_fio_network_config: { role: 'talker', partner: 'x' } },
+      /role must be writer or reader/,
+    ],
+    [
+      'burnin_network',
+      { agent_burnin_fio_network_config: { role: 'writer', partner: 'x; rm -rf /' } },
+      /partner must be a host/,
+    ],
   ])('%s with %j -> CleaningError, no tool run', async (name, info, why) => {
     const fakes = await installFakes({ 'stress-ng': 'process.exit(0);', fio: 'process.exit(0);' });
     cleanups.push(() => fakes.close());
@@ -170,10 +264,15 @@ describe('burn-in settings (driver_info), checked before any tool runs', () => {
   });
 
   it('a failing tool is CommandExecutionError naming it', async () => {
-    const fakes = await installFakes({ 'stress-ng': 'process.stderr.write("stress-ng: out of cheese\\n"); process.exit(2);' });
+    const fakes = await installFakes({
+      'stress-ng': 'process.stderr.write("stress-ng: out of cheese\\n"); process.exit(2);',
+    });
     cleanups.push(() => fakes.close());
     const c = await agent();
     const r = await clean(c, 'burnin_cpu', {}, { agent_burnin_cpu_timeout: 1 });
-    expect(r.command_error).toMatchObject({ type: 'CommandExecutionError', details: expect.stringMatching(/^stress-ng \(cpu\) failed with error .*out of cheese/) });
+    expect(r.command_error).toMatchObject({
+      type: 'CommandExecutionError',
+      details: expect.stringMatching(/^stress-ng \(cpu\) failed with error .*out of cheese/),
+    });
   });
 });

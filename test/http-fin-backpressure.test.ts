@@ -43,7 +43,10 @@ afterAll(async () => {
   await work.cleanup();
 });
 
-/** Stops the agent while the answer to `path` is written, and lets it go on once all of it, FIN included, waits in its socket. */
+/**
+ * Stops the agent while the answer to `path` is written, and lets it go on once all of it, FIN included, waits in its
+ * socket.
+ */
 function stopAgentAround(path: string) {
   return (req: RawRequest) => {
     if (req.path !== `/${path}`) return undefined;
@@ -53,7 +56,10 @@ function stopAgentAround(path: string) {
 }
 
 async function post(name: string, params: unknown): Promise<any> {
-  const res = await fetch(`${agent!.url}/v1/commands/?wait=true`, { method: 'POST', body: JSON.stringify({ name, params }) }).catch((err: Error) => {
+  const res = await fetch(`${agent!.url}/v1/commands/?wait=true`, {
+    method: 'POST',
+    body: JSON.stringify({ name, params }),
+  }).catch((err: Error) => {
     // Most likely the agent died: what it wrote last says why.
     throw new Error(`${name}: ${err.message}; the agent's last lines:\n${agent!.output.slice(-12).join('\n')}`);
   });
@@ -78,7 +84,13 @@ async function tinyImage(bytes: number): Promise<Buffer> {
 }
 
 const imageInfo = (urls: string[], extra: Record<string, unknown> = {}) => ({
-  id: 'fin', urls, disk_format: 'raw', stream_raw_images: true, os_hash_algo: 'sha256', os_hash_value: digest, ...extra,
+  id: 'fin',
+  urls,
+  disk_format: 'raw',
+  stream_raw_images: true,
+  os_hash_algo: 'sha256',
+  os_hash_value: digest,
+  ...extra,
 });
 
 describe('an answer with its FIN arriving while the agent is behind (nodejs/undici#5360)', () => {
@@ -103,7 +115,10 @@ describe('an answer with its FIN arriving while the agent is behind (nodejs/undi
     // A mirror's SHA256SUMS: many other files' lines, ours last.
     const lines = Array.from({ length: 8000 }, (_, i) => `${randomBytes(32).toString('hex')}  other-${i}.img`);
     const sums = `${lines.join('\n')}\n${digest}  image.raw\n`;
-    server = await startRawHttpServer({ behaviour: (req) => (req.path === '/SHA256SUMS' ? 'close' : 'keep-alive'), around: stopAgentAround('SHA256SUMS') });
+    server = await startRawHttpServer({
+      behaviour: (req) => (req.path === '/SHA256SUMS' ? 'close' : 'keep-alive'),
+      around: stopAgentAround('SHA256SUMS'),
+    });
     const url = server.serve('image.raw', image);
     const sumsUrl = server.serve('SHA256SUMS', sums);
     agent = await startAgentChild(loop.path);
@@ -116,8 +131,14 @@ describe('an answer with its FIN arriving while the agent is behind (nodejs/undi
   });
 
   it('the config-drive URL, a 1 MiB ISO', async () => {
-    const iso = await buildIso({ 'openstack/latest/meta_data.json': '{"uuid": "fin"}', 'openstack/latest/user_data': randomBytes(1024 * 1024) });
-    server = await startRawHttpServer({ behaviour: (req) => (req.path === '/config-drive.iso' ? 'close' : 'keep-alive'), around: stopAgentAround('config-drive.iso') });
+    const iso = await buildIso({
+      'openstack/latest/meta_data.json': '{"uuid": "fin"}',
+      'openstack/latest/user_data': randomBytes(1024 * 1024),
+    });
+    server = await startRawHttpServer({
+      behaviour: (req) => (req.path === '/config-drive.iso' ? 'close' : 'keep-alive'),
+      around: stopAgentAround('config-drive.iso'),
+    });
     const url = server.serve('image.raw', image);
     const driveUrl = server.serve('config-drive.iso', iso);
     agent = await startAgentChild(loop.path);

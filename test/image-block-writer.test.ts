@@ -38,7 +38,10 @@ async function fill(path: string, size: number, byte: number): Promise<void> {
 /** Writes `bytes` random bytes to `device` through a writer limited to `limit`; returns what the write threw. */
 async function writeFailing(device: string, limit: number, bytes: number): Promise<unknown> {
   const writer = await BlockWriter.open(device, limit, new DeviceGuard([device]));
-  const err = await pipeline(chunked(randomBytes(bytes)), writer).then(() => undefined, (e: unknown) => e);
+  const err = await pipeline(chunked(randomBytes(bytes)), writer).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   await writer.release();
   return err;
 }
@@ -54,7 +57,9 @@ describe('BlockWriter', () => {
       await writer.release();
       expect(writer.written).toBe(data.length);
       expect((await readDevice(dev!.path, 0, data.length)).equals(data)).toBe(true);
-      expect((await readDevice(dev!.path, data.length, data.length + 4096)).equals(Buffer.alloc(4096, 0xaa))).toBe(true);
+      expect((await readDevice(dev!.path, data.length, data.length + 4096)).equals(Buffer.alloc(4096, 0xaa))).toBe(
+        true,
+      );
     });
   });
 

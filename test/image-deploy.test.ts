@@ -45,10 +45,18 @@ async function expectWritten(img: DiskImage): Promise<void> {
   }
 }
 
-async function deploy(_img: DiskImage, file: string, imageInfo: Record<string, unknown>, log?: LogRing, flags: Record<string, string> = {}) {
+async function deploy(
+  _img: DiskImage,
+  file: string,
+  imageInfo: Record<string, unknown>,
+  log?: LogRing,
+  flags: Record<string, string> = {},
+) {
   const name = `${Math.random().toString(16).slice(2)}-${file.split('/').pop()}`;
   const url = await server.serveFile(name, file);
-  const digest = createHash('sha256').update(await readFile(file)).digest('hex');
+  const digest = createHash('sha256')
+    .update(await readFile(file))
+    .digest('hex');
   const agent = await startImageAgent(loop.path, flags, log && pino({ base: null }, log));
   try {
     return await runToEnd(agent.url, 'standby.prepare_image', {
@@ -61,7 +69,11 @@ async function deploy(_img: DiskImage, file: string, imageInfo: Record<string, u
 
 /** The deploy phases, in the order the agent logged how long each took. */
 function phasesIn(log: LogRing): (string | undefined)[] {
-  return log.tail().map((l) => JSON.parse(l) as { phase?: string; phase_s?: number }).filter((l) => l.phase_s !== undefined).map((l) => l.phase);
+  return log
+    .tail()
+    .map((l) => JSON.parse(l) as { phase?: string; phase_s?: number })
+    .filter((l) => l.phase_s !== undefined)
+    .map((l) => l.phase);
 }
 
 function succeeded(r: { command_status: string; command_error: unknown }): void {
@@ -74,7 +86,9 @@ describe('standby.prepare_image writes real images', () => {
     const r = await deploy(gpt, gpt.path, { disk_format: 'raw', stream_raw_images: true });
     expect(r.command_error).toBeNull();
     expect(r.command_status).toBe('SUCCEEDED');
-    expect(r.command_result.result).toMatch(new RegExp(`^prepare_image: image \\(.+\\) written to device ${loop.path} root_uuid=0x[0-9a-f]{8}$`));
+    expect(r.command_result.result).toMatch(
+      new RegExp(`^prepare_image: image \\(.+\\) written to device ${loop.path} root_uuid=0x[0-9a-f]{8}$`),
+    );
     await expectWritten(gpt);
   });
 
@@ -89,14 +103,19 @@ describe('standby.prepare_image writes real images', () => {
     expect(phasesIn(log)).toEqual(['device', 'download', 'inspect', 'write', 'verify', 'table', 'check']);
   });
 
-  it.each(['none', 'gzip', 'zstd', 'xz'] as const)('streams a qcow2 image (packed: %s) through the qcow2 reader, no buffer, no qemu-img', async (kind) => {
-    const log = new LogRing();
-    const qcow2 = await toQcow2(gpt.path, join(work.dir, `streamed-${kind}.qcow2`));
-    succeeded(await deploy(gpt, kind === 'none' ? qcow2 : await compress(qcow2, kind), { disk_format: 'qcow2' }, log));
-    await expectWritten(gpt);
-    expect(phasesIn(log)).toEqual(['device', 'stream', 'table', 'check']);
-    expect(log.tail().some((l) => l.includes('qcow2 image placed by the streaming reader'))).toBe(true);
-  });
+  it.each(['none', 'gzip', 'zstd', 'xz'] as const)(
+    'streams a qcow2 image (packed: %s) through the qcow2 reader, no buffer, no qemu-img',
+    async (kind) => {
+      const log = new LogRing();
+      const qcow2 = await toQcow2(gpt.path, join(work.dir, `streamed-${kind}.qcow2`));
+      succeeded(
+        await deploy(gpt, kind === 'none' ? qcow2 : await compress(qcow2, kind), { disk_format: 'qcow2' }, log),
+      );
+      await expectWritten(gpt);
+      expect(phasesIn(log)).toEqual(['device', 'stream', 'table', 'check']);
+      expect(log.tail().some((l) => l.includes('qcow2 image placed by the streaming reader'))).toBe(true);
+    },
+  );
 
   it('converts a gzip-packed qcow2 image from the buffer (streaming off), its checksum (over the packed bytes) checked before the device is written', async () => {
     const log = new LogRing();
@@ -114,12 +133,15 @@ describe('standby.prepare_image writes real images', () => {
   }
 
   // pigz stops reading at the end of the gzip data; the rest must still reach the checksum, whichever path.
-  it.each([true, false])('writes a gzip image padded with 2 MiB of zeros (streamed: %s), its checksum over every byte', async (stream) => {
-    const padded = join(work.dir, `padded-${stream}.gz`);
-    await writeFile(padded, Buffer.concat([await readFile(await compress(gpt.path, 'gzip')), Buffer.alloc(2 * MiB)]));
-    succeeded(await deploy(gpt, padded, { disk_format: 'raw', stream_raw_images: stream }));
-    await expectWritten(gpt);
-  });
+  it.each([true, false])(
+    'writes a gzip image padded with 2 MiB of zeros (streamed: %s), its checksum over every byte',
+    async (stream) => {
+      const padded = join(work.dir, `padded-${stream}.gz`);
+      await writeFile(padded, Buffer.concat([await readFile(await compress(gpt.path, 'gzip')), Buffer.alloc(2 * MiB)]));
+      succeeded(await deploy(gpt, padded, { disk_format: 'raw', stream_raw_images: stream }));
+      await expectWritten(gpt);
+    },
+  );
 
   it('converts a qcow2 image with qemu-img from the buffer (streaming off), checks the checksum after, and deletes the buffer', async () => {
     const bufferDir = join(work.dir, 'buffer');
@@ -128,10 +150,20 @@ describe('standby.prepare_image writes real images', () => {
     const file = await toQcow2(mbr.path, join(work.dir, name));
     const url = await server.serveFile(name, file);
     const log = new LogRing();
-    const agent = await startImageAgent(loop.path, { 'ipa-image-buffer-dir': bufferDir, 'ina-qcow2-stream-spool': '0' }, pino({ base: null }, log));
+    const agent = await startImageAgent(
+      loop.path,
+      { 'ipa-image-buffer-dir': bufferDir, 'ina-qcow2-stream-spool': '0' },
+      pino({ base: null }, log),
+    );
     try {
       const r = await runToEnd(agent.url, 'standby.prepare_image', {
-        image_info: { id: name, urls: [url], disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: sha256(await readFile(file)) },
+        image_info: {
+          id: name,
+          urls: [url],
+          disk_format: 'qcow2',
+          os_hash_algo: 'sha256',
+          os_hash_value: sha256(await readFile(file)),
+        },
       });
       succeeded(r);
     } finally {
@@ -191,24 +223,59 @@ describe('deploy steps and partition UUIDs', () => {
       const step = {
         interface: 'deploy',
         step: 'write_image',
-        args: { image_info: { id: 'step.raw', urls: [url], disk_format: 'raw', stream_raw_images: true, checksum: sha256(await readFile(mbr.path)) }, configdrive: null },
+        args: {
+          image_info: {
+            id: 'step.raw',
+            urls: [url],
+            disk_format: 'raw',
+            stream_raw_images: true,
+            checksum: sha256(await readFile(mbr.path)),
+          },
+          configdrive: null,
+        },
       };
       const node = { uuid: 'n1', properties: {}, instance_info: { root_device: { name: loop.path } } };
-      const r = await runToEnd(agent.url, 'deploy.execute_deploy_step', { step, node, ports: [], deploy_version: version });
+      const r = await runToEnd(agent.url, 'deploy.execute_deploy_step', {
+        step,
+        node,
+        ports: [],
+        deploy_version: version,
+      });
       succeeded(r);
       expect(r.command_result.deploy_step).toEqual(step);
-      expect(r.command_result.deploy_result.result).toMatch(/^prepare_image: image \(step\.raw\) written to device .* root_uuid=0x[0-9a-f]{8}$/);
+      expect(r.command_result.deploy_result.result).toMatch(
+        /^prepare_image: image \(step\.raw\) written to device .* root_uuid=0x[0-9a-f]{8}$/,
+      );
 
       const uuids = await runToEnd(agent.url, 'standby.get_partition_uuids', {});
       expect(uuids.command_result['root uuid']).toBe(r.command_result.deploy_result.result.split('root_uuid=')[1]);
 
-      const mismatch = await runToEnd(agent.url, 'deploy.execute_deploy_step', { step, node, ports: [], deploy_version: { generic_hardware_manager: '0.1' } });
+      const mismatch = await runToEnd(agent.url, 'deploy.execute_deploy_step', {
+        step,
+        node,
+        ports: [],
+        deploy_version: { generic_hardware_manager: '0.1' },
+      });
       expect(mismatch.command_status).toBe('CLEAN_VERSION_MISMATCH');
-      expect((await runToEnd(agent.url, 'standby.get_partition_uuids', {})).command_result).toEqual(uuids.command_result);
+      expect((await runToEnd(agent.url, 'standby.get_partition_uuids', {})).command_result).toEqual(
+        uuids.command_result,
+      );
 
       // A failed write leaves no UUIDs of the image it replaced.
-      const broken = { ...step, args: { ...step.args, image_info: { ...step.args.image_info, checksum: 'ab'.repeat(32) } } };
-      expect((await runToEnd(agent.url, 'deploy.execute_deploy_step', { step: broken, node, ports: [], deploy_version: version })).command_status).toBe('FAILED');
+      const broken = {
+        ...step,
+        args: { ...step.args, image_info: { ...step.args.image_info, checksum: 'ab'.repeat(32) } },
+      };
+      expect(
+        (
+          await runToEnd(agent.url, 'deploy.execute_deploy_step', {
+            step: broken,
+            node,
+            ports: [],
+            deploy_version: version,
+          })
+        ).command_status,
+      ).toBe('FAILED');
       expect((await runToEnd(agent.url, 'standby.get_partition_uuids', {})).command_result).toEqual({});
       await runToEnd(agent.url, 'deploy.execute_deploy_step', { step, node, ports: [], deploy_version: version });
     } finally {
@@ -226,9 +293,20 @@ describe('progress', () => {
     server.fault('slow.raw', { kind: 'stall-after', bytes: 2 * MiB });
     const agent = await startImageAgent(loop.path, { 'ipa-image-download-connection-timeout': '2' });
     try {
-      const started = await runCommand(agent.url, 'standby.prepare_image', {
-        image_info: { id: 'slow.raw', urls: [server.url('slow.raw')], disk_format: 'raw', stream_raw_images: true, checksum: sha256(data) },
-      }, false);
+      const started = await runCommand(
+        agent.url,
+        'standby.prepare_image',
+        {
+          image_info: {
+            id: 'slow.raw',
+            urls: [server.url('slow.raw')],
+            disk_format: 'raw',
+            stream_raw_images: true,
+            checksum: sha256(data),
+          },
+        },
+        false,
+      );
       expect(started.json.command_status).toBe('RUNNING');
       let seen: any = null;
       for (;;) {

@@ -38,9 +38,11 @@ describe.each(['gzip', 'zstd', 'xz'] as const)('%s: the decoded-head gate', (kin
     const image = randomBytes(20_000);
     const packed = await pack(kind, image);
     let seen: Buffer | undefined;
-    const out = await drain(decodedHeadGate(kind, HEAD, async (head) => {
-      seen = head;
-    })(pieces(packed)));
+    const out = await drain(
+      decodedHeadGate(kind, HEAD, async (head) => {
+        seen = head;
+      })(pieces(packed)),
+    );
     expect(seen!.equals(image)).toBe(true);
     expect(out.equals(packed)).toBe(true);
   });
@@ -111,7 +113,11 @@ it('a decoder that cannot be started is a ToolError, not a verdict on the image'
 
 /** The loop device as a sink target, with the guard allowing only it. */
 function target(loop: { path: string; sizeBytes: number }): DeviceTarget {
-  return new DeviceTarget({ path: loop.path, size: loop.sizeBytes, logicalSectorSize: 512 }, new DeviceGuard([loop.path]), nullLogger);
+  return new DeviceTarget(
+    { path: loop.path, size: loop.sizeBytes, logicalSectorSize: 512 },
+    new DeviceGuard([loop.path]),
+    nullLogger,
+  );
 }
 
 describe('<tool> -dc | dd onto a loop device', () => {
@@ -161,7 +167,16 @@ describe('<tool> -dc | dd onto a loop device', () => {
 
   it('is refused by the guard for a device outside the allow-list, before any tool starts', async () => {
     await withLoops([4 * MiB], async ([loop]) => {
-      await expect(DecoderPipe.start('zstd', new DeviceTarget({ path: loop!.path, size: loop!.sizeBytes, logicalSectorSize: 512 }, new DeviceGuard(['/dev/loop-not-this-one']), nullLogger))).rejects.toThrow(/allow/);
+      await expect(
+        DecoderPipe.start(
+          'zstd',
+          new DeviceTarget(
+            { path: loop!.path, size: loop!.sizeBytes, logicalSectorSize: 512 },
+            new DeviceGuard(['/dev/loop-not-this-one']),
+            nullLogger,
+          ),
+        ),
+      ).rejects.toThrow(/allow/);
     });
   });
 });

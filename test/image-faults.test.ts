@@ -44,11 +44,25 @@ async function server(opts: Parameters<typeof startImageServer>[0] = {}): Promis
   return s;
 }
 
-async function deploy(urls: string[], extra: Record<string, unknown> = {}, flags: Record<string, string> = {}, log?: Logger, clock?: Clock) {
+async function deploy(
+  urls: string[],
+  extra: Record<string, unknown> = {},
+  flags: Record<string, string> = {},
+  log?: Logger,
+  clock?: Clock,
+) {
   const agent = await startImageAgent(loop.path, flags, log, clock);
   try {
     return await runToEnd(agent.url, 'standby.prepare_image', {
-      image_info: { id: 'faults', urls, os_hash_algo: 'sha256', os_hash_value: digest, disk_format: 'raw', stream_raw_images: true, ...extra },
+      image_info: {
+        id: 'faults',
+        urls,
+        os_hash_algo: 'sha256',
+        os_hash_value: digest,
+        disk_format: 'raw',
+        stream_raw_images: true,
+        ...extra,
+      },
     });
   } finally {
     await agent.close();
@@ -81,7 +95,10 @@ describe('image download faults', () => {
     const r = await deploy([url]);
     expect(r.command_error).toBeNull();
     await expectImageOnDisk();
-    expect(s.requests.map((q) => [q.range ?? null, q.status])).toEqual([[null, 200], [null, 200]]);
+    expect(s.requests.map((q) => [q.range ?? null, q.status])).toEqual([
+      [null, 200],
+      [null, 200],
+    ]);
   });
 
   it('starts over when the server offers ranges but no validator to resume against', async () => {
@@ -101,27 +118,55 @@ describe('image download faults', () => {
     const r = await deploy([url]);
     expect(r.command_error).toBeNull();
     await expectImageOnDisk();
-    expect(s.requests.map((q) => [q.range ?? null, q.status])).toEqual([[null, 200], [`bytes=${1 * MiB}-`, 206]]);
+    expect(s.requests.map((q) => [q.range ?? null, q.status])).toEqual([
+      [null, 200],
+      [`bytes=${1 * MiB}-`, 206],
+    ]);
     expect(s.requests[1]!.ifRange).toMatch(/ GMT$/);
   });
 
   // The image changes on the server between the break and the resume; each way a server can answer that.
   it.each([
-    { how: 'ignores If-Range, new ETag', options: { ignoreIfRange: true }, extra: 0, sameValidators: false, resumed: 206 },
-    { how: 'ignores If-Range, new Last-Modified', options: { ignoreIfRange: true, etag: false, lastModified: true }, extra: 0, sameValidators: false, resumed: 206 },
-    { how: 'ignores If-Range, same validators, another length', options: { ignoreIfRange: true }, extra: 4096, sameValidators: true, resumed: 206 },
+    {
+      how: 'ignores If-Range, new ETag',
+      options: { ignoreIfRange: true },
+      extra: 0,
+      sameValidators: false,
+      resumed: 206,
+    },
+    {
+      how: 'ignores If-Range, new Last-Modified',
+      options: { ignoreIfRange: true, etag: false, lastModified: true },
+      extra: 0,
+      sameValidators: false,
+      resumed: 206,
+    },
+    {
+      how: 'ignores If-Range, same validators, another length',
+      options: { ignoreIfRange: true },
+      extra: 4096,
+      sameValidators: true,
+      resumed: 206,
+    },
     { how: 'honours If-Range with the new image in full', options: {}, extra: 0, sameValidators: false, resumed: 200 },
-  ])('starts over when the image changed before the resume and the server $how', async ({ options, extra, sameValidators, resumed }) => {
-    const s = await server(options);
-    // Other bytes: a splice of the two versions would fail the checksum.
-    const url = s.serve('img', Buffer.alloc(image.length + extra, 0x5a));
-    // biome-ignore lint/suspicious/noThenProperty: the fault's follow-up action, not a thenable
-    s.fault('img', { kind: 'close-after', bytes: 1 * MiB, then: () => s.serve('img', image, { sameValidators }) });
-    const r = await deploy([url]);
-    expect(r.command_error).toBeNull();
-    await expectImageOnDisk();
-    expect(s.requests.map((q) => [q.range ?? null, q.status])).toEqual([[null, 200], [`bytes=${1 * MiB}-`, resumed], [null, 200]]);
-  });
+  ])(
+    'starts over when the image changed before the resume and the server $how',
+    async ({ options, extra, sameValidators, resumed }) => {
+      const s = await server(options);
+      // Other bytes: a splice of the two versions would fail the checksum.
+      const url = s.serve('img', Buffer.alloc(image.length + extra, 0x5a));
+      // biome-ignore lint/suspicious/noThenProperty: the fault's follow-up action, not a thenable
+      s.fault('img', { kind: 'close-after', bytes: 1 * MiB, then: () => s.serve('img', image, { sameValidators }) });
+      const r = await deploy([url]);
+      expect(r.command_error).toBeNull();
+      await expectImageOnDisk();
+      expect(s.requests.map((q) => [q.range ?? null, q.status])).toEqual([
+        [null, 200],
+        [`bytes=${1 * MiB}-`, resumed],
+        [null, 200],
+      ]);
+    },
+  );
 
   it('resumes through more breaks than the retry count when each resumed answer makes progress', async () => {
     const s = await server();
@@ -137,11 +182,21 @@ describe('image download faults', () => {
   it('starts over from byte zero when every resume fails, and a plain request still works', async () => {
     const s = await server();
     const url = s.serve('img', image);
-    s.fault('img', { kind: 'close-after', bytes: 1 * MiB }, { kind: 'status', code: 503 }, { kind: 'status', code: 503 });
+    s.fault(
+      'img',
+      { kind: 'close-after', bytes: 1 * MiB },
+      { kind: 'status', code: 503 },
+      { kind: 'status', code: 503 },
+    );
     const r = await deploy([url]);
     expect(r.command_error).toBeNull();
     await expectImageOnDisk();
-    expect(s.requests.map((q) => [q.range ? 'range' : 'full', q.status])).toEqual([['full', 200], ['range', 503], ['range', 503], ['full', 200]]);
+    expect(s.requests.map((q) => [q.range ? 'range' : 'full', q.status])).toEqual([
+      ['full', 200],
+      ['range', 503],
+      ['range', 503],
+      ['full', 200],
+    ]);
   });
 
   for (const stream of [true, false]) {
@@ -160,7 +215,10 @@ describe('image download faults', () => {
     const s = await server();
     const url = s.serve('img', image);
     const r = await deploy([url], { os_hash_value: 'ab'.repeat(32) }, { 'ipa-image-download-connection-retries': '5' });
-    expect(r.command_error).toMatchObject({ type: 'ImageChecksumError', details: expect.stringContaining(`verification checksum: ${digest}`) });
+    expect(r.command_error).toMatchObject({
+      type: 'ImageChecksumError',
+      details: expect.stringContaining(`verification checksum: ${digest}`),
+    });
     expect(s.requests.length).toBe(2);
   });
 
@@ -255,13 +313,21 @@ describe('image download faults', () => {
     const s = await server();
     const a = s.serve('a', image);
     const b = s.serve('b', image);
-    for (const name of ['a', 'b']) s.fault(name, ...Array.from({ length: 20 }, () => ({ kind: 'status' as const, code: 503 })));
+    for (const name of ['a', 'b'])
+      s.fault(name, ...Array.from({ length: 20 }, () => ({ kind: 'status' as const, code: 503 })));
     const r = await deploy([a, b]);
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error!.type).toBe('ImageDownloadError');
     expect(r.command_error!.details).toMatch(/failed from every URL/);
     // The helper's agent runs with ipa-image-download-connection-retries=2.
-    expect(s.requests.map((q) => `${q.path}:${q.status}`)).toEqual(['a:503', 'a:503', 'a:503', 'b:503', 'b:503', 'b:503']);
+    expect(s.requests.map((q) => `${q.path}:${q.status}`)).toEqual([
+      'a:503',
+      'a:503',
+      'a:503',
+      'b:503',
+      'b:503',
+      'b:503',
+    ]);
   });
 
   it('falls back to the next URL when one keeps failing', async () => {
@@ -289,7 +355,13 @@ describe('image download faults', () => {
     const url = s.serve('img', image);
     s.fault('img', { kind: 'stall-after', bytes: 512 * 1024 });
     const clock = new VirtualClock();
-    const result = deploy([url], {}, { 'ipa-image-download-connection-timeout': '30', 'ipa-image-download-max-duration': '60' }, undefined, clock);
+    const result = deploy(
+      [url],
+      {},
+      { 'ipa-image-download-connection-timeout': '30', 'ipa-image-download-max-duration': '60' },
+      undefined,
+      clock,
+    );
     // The body has stalled (the server sent its part): a minute passes on the agent's clock.
     await expect.poll(() => s.requests.length).toBe(1);
     await new Promise((resolve) => setTimeout(resolve, 200));
@@ -380,7 +452,9 @@ describe('image download faults', () => {
     const sums = withSecret(s.serve('img.sha256', Buffer.from(`${digest}  some-other-file\n`)));
     const badSums = await deploy([url], { os_hash_value: sums });
     expect(badSums.command_error!.details).toMatch(/does not contain name img/);
-    expect(s.requests.find((q) => q.path === 'img.sha256')!.authorization).toBe(`Basic ${Buffer.from('deployer:s3cret').toString('base64')}`);
+    expect(s.requests.find((q) => q.path === 'img.sha256')!.authorization).toBe(
+      `Basic ${Buffer.from('deployer:s3cret').toString('base64')}`,
+    );
 
     const drive = withSecret(s.serve('drive', Buffer.from('not a config drive')));
     const badDrive = await deploy([url], { configdrive: drive });
@@ -419,7 +493,10 @@ describe('image download faults', () => {
 
 describe('Content-Encoding on the image answer', () => {
   /** A server that sends the image with `encoding` applied, whatever the agent asked for; logs what it was asked. */
-  async function encodingServer(encoding: string, body: Buffer): Promise<{ url: string; asked: (string | undefined)[] }> {
+  async function encodingServer(
+    encoding: string,
+    body: Buffer,
+  ): Promise<{ url: string; asked: (string | undefined)[] }> {
     const asked: (string | undefined)[] = [];
     const srv = createServer((req, res) => {
       asked.push(req.headers['accept-encoding']);
@@ -435,16 +512,21 @@ describe('Content-Encoding on the image answer', () => {
     ['x-gzip', false],
     ['deflate', true],
     ['br', false],
-  ] as const)('%s is decoded before hashing and writing (streamed: %s), as IPA\'s HTTP client does', async (encoding, stream) => {
-    const encoded = { gzip: gzipSync, 'x-gzip': gzipSync, deflate: deflateSync, br: brotliCompressSync }[encoding](image);
-    const { url, asked } = await encodingServer(encoding, encoded);
-    await paint(loop.path, loop.sizeBytes);
-    // The checksum is the decoded image's; a hash of the wire bytes would fail it.
-    const r = await deploy([url], { stream_raw_images: stream });
-    expect(r.command_error).toBeNull();
-    expect(asked).toEqual(['identity']);
-    await expectImageOnDisk();
-  });
+  ] as const)(
+    "%s is decoded before hashing and writing (streamed: %s), as IPA's HTTP client does",
+    async (encoding, stream) => {
+      const encoded = { gzip: gzipSync, 'x-gzip': gzipSync, deflate: deflateSync, br: brotliCompressSync }[encoding](
+        image,
+      );
+      const { url, asked } = await encodingServer(encoding, encoded);
+      await paint(loop.path, loop.sizeBytes);
+      // The checksum is the decoded image's; a hash of the wire bytes would fail it.
+      const r = await deploy([url], { stream_raw_images: stream });
+      expect(r.command_error).toBeNull();
+      expect(asked).toEqual(['identity']);
+      await expectImageOnDisk();
+    },
+  );
 
   it('refuses an encoding it cannot decode, naming it, and leaves the disk untouched', async () => {
     const { url } = await encodingServer('compress', image);
@@ -487,7 +569,10 @@ describe('a zstd image (decoded by `zstd -dc | dd`) under the same faults', () =
     await paint(loop.path, loop.sizeBytes);
     const r = await deploy([url], { os_hash_value: packedDigest });
     expect(r.command_error).toBeNull();
-    expect(s.requests.map((q) => [q.range ?? null, q.status])).toEqual([[null, 200], [null, 200]]);
+    expect(s.requests.map((q) => [q.range ?? null, q.status])).toEqual([
+      [null, 200],
+      [null, 200],
+    ]);
     await expectImageOnDisk(unpacked);
   });
 });

@@ -123,7 +123,9 @@ it('a decoder that is not installed is a ToolError, not a verdict on the image',
 
 it('without prlimit, too: a ToolError', async () => {
   const packed = await pack('gzip', randomBytes(100_000));
-  const failure = withPath('/nonexistent', () => decodeToFile('gzip', pieces(packed), join(dir, 'no-prlimit.gz'), 64 * MiB));
+  const failure = withPath('/nonexistent', () =>
+    decodeToFile('gzip', pieces(packed), join(dir, 'no-prlimit.gz'), 64 * MiB),
+  );
   await expect(failure).rejects.toBeInstanceOf(ToolError);
   await expect(failure).rejects.toThrow(/prlimit could not be started/);
 });

@@ -13,7 +13,15 @@ import { attachLoop, detachLoop, MiB, type LoopDevice } from './helpers/loop.ts'
 import { call } from './helpers/api-harness.ts';
 import { isPainted, paint, readDevice, runCommand, runToEnd, startImageAgent } from './helpers/image-agent.ts';
 import { startImageServer, type ImageServer } from './helpers/image-server.ts';
-import { compress, makeDiskImage, qcow2WithBackingFile, qcow2WithDataFile, toQcow2, workDir, type DiskImage } from './helpers/make-image.ts';
+import {
+  compress,
+  makeDiskImage,
+  qcow2WithBackingFile,
+  qcow2WithDataFile,
+  toQcow2,
+  workDir,
+  type DiskImage,
+} from './helpers/make-image.ts';
 
 let loop: LoopDevice;
 let server: ImageServer;
@@ -38,7 +46,9 @@ afterAll(async () => {
 });
 
 async function sha256Of(file: string): Promise<string> {
-  return createHash('sha256').update(await readFile(file)).digest('hex');
+  return createHash('sha256')
+    .update(await readFile(file))
+    .digest('hex');
 }
 
 async function deployFile(file: string, info: Record<string, unknown>, flags: Record<string, string> = {}) {
@@ -91,33 +101,69 @@ describe('refused before the device is written', () => {
 
   it('a qcow2 image that claims to be raw, streamed or buffered', async () => {
     const qcow2 = await toQcow2(small.path);
-    await expectRefused(await deployFile(qcow2, { disk_format: 'raw', stream_raw_images: true }), 'InvalidImage', /actually qcow2/);
-    await expectRefused(await deployFile(qcow2, { disk_format: 'raw', stream_raw_images: false }), 'InvalidImage', /actually qcow2/);
+    await expectRefused(
+      await deployFile(qcow2, { disk_format: 'raw', stream_raw_images: true }),
+      'InvalidImage',
+      /actually qcow2/,
+    );
+    await expectRefused(
+      await deployFile(qcow2, { disk_format: 'raw', stream_raw_images: false }),
+      'InvalidImage',
+      /actually qcow2/,
+    );
   });
 
   it.each(['gzip', 'zstd', 'xz'] as const)('a %s-packed qcow2 image that claims to be raw, streamed', async (kind) => {
     const packed = await compress(await toQcow2(small.path, join(work.dir, `disguised-${kind}.qcow2`)), kind);
-    await expectRefused(await deployFile(packed, { disk_format: 'raw', stream_raw_images: true }), 'InvalidImage', /actually qcow2/);
+    await expectRefused(
+      await deployFile(packed, { disk_format: 'raw', stream_raw_images: true }),
+      'InvalidImage',
+      /actually qcow2/,
+    );
   });
 
   it('a raw image that claims to be qcow2', async () => {
-    await expectRefused(await deployFile(small.path, { disk_format: 'qcow2' }), 'InvalidImage', /Expected format was qcow2, but image was actually raw/);
+    await expectRefused(
+      await deployFile(small.path, { disk_format: 'qcow2' }),
+      'InvalidImage',
+      /Expected format was qcow2, but image was actually raw/,
+    );
   });
 
   it('an image larger than the disk, raw or qcow2', async () => {
     const big = await makeDiskImage(work.dir, { table: 'mbr', sizeMiB: 24, name: 'big.raw', randomKiB: 64 });
-    await expectRefused(await deployFile(big.path, { disk_format: 'raw', stream_raw_images: true }), 'ImageWriteError', /larger than/);
-    await expectRefused(await deployFile(await toQcow2(big.path), { disk_format: 'qcow2' }), 'ImageWriteError', /virtual size .* larger than/);
+    await expectRefused(
+      await deployFile(big.path, { disk_format: 'raw', stream_raw_images: true }),
+      'ImageWriteError',
+      /larger than/,
+    );
+    await expectRefused(
+      await deployFile(await toQcow2(big.path), { disk_format: 'qcow2' }),
+      'ImageWriteError',
+      /virtual size .* larger than/,
+    );
   });
 
   it('an image the RAM-backed buffer cannot hold', async (ctx) => {
     await withTmpfs('2m', ctx, async (dir) => {
-      const r = await deployFile(small.path, { disk_format: 'raw', stream_raw_images: false }, { 'ipa-image-buffer-dir': dir });
+      const r = await deployFile(
+        small.path,
+        { disk_format: 'raw', stream_raw_images: false },
+        { 'ipa-image-buffer-dir': dir },
+      );
       await expectRefused(r, 'ImageDownloadOutofSpaceError', /does not fit in the buffer/);
       // Packed, the 6 MiB image fits in 2 MiB: it is downloaded, and its decoder stopped at the buffer's size.
       const packed = await compress(small.path, 'gzip');
-      const p = await deployFile(packed, { disk_format: 'raw', stream_raw_images: false }, { 'ipa-image-buffer-dir': dir });
-      await expectRefused(p, 'ImageDownloadOutofSpaceError', /does not fit in the buffer directory .*: the decompressed image is larger than the \d+ bytes/);
+      const p = await deployFile(
+        packed,
+        { disk_format: 'raw', stream_raw_images: false },
+        { 'ipa-image-buffer-dir': dir },
+      );
+      await expectRefused(
+        p,
+        'ImageDownloadOutofSpaceError',
+        /does not fit in the buffer directory .*: the decompressed image is larger than the \d+ bytes/,
+      );
     });
   });
 
@@ -141,10 +187,25 @@ describe('refused before the device is written', () => {
       const agent = await startImageAgent(loop.path, { 'ipa-image-buffer-dir': dir, 'ina-qcow2-stream-spool': '0' });
       try {
         const r = await runToEnd(agent.url, 'standby.prepare_image', {
-          image_info: { id: 'huge', urls: [`http://127.0.0.1:${(liar.address() as AddressInfo).port}/huge.qcow2`], disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: 'a'.repeat(64) },
+          image_info: {
+            id: 'huge',
+            urls: [`http://127.0.0.1:${(liar.address() as AddressInfo).port}/huge.qcow2`],
+            disk_format: 'qcow2',
+            os_hash_algo: 'sha256',
+            os_hash_value: 'a'.repeat(64),
+          },
         });
-        await expectRefused(r, 'ImageDownloadOutofSpaceError', new RegExp(`the image \\(${declared} bytes\\) does not fit in the buffer: .* \\(RAM-backed: the lesser of its free space and free memory\\)`));
-        const waited = await Promise.race([closed.then(() => 'closed'), new Promise((resolve) => setTimeout(resolve, 5000, 'still open'))]);
+        await expectRefused(
+          r,
+          'ImageDownloadOutofSpaceError',
+          new RegExp(
+            `the image \\(${declared} bytes\\) does not fit in the buffer: .* \\(RAM-backed: the lesser of its free space and free memory\\)`,
+          ),
+        );
+        const waited = await Promise.race([
+          closed.then(() => 'closed'),
+          new Promise((resolve) => setTimeout(resolve, 5000, 'still open')),
+        ]);
         expect(waited).toBe('closed');
       } finally {
         await agent.close();
@@ -160,7 +221,14 @@ describe('refused before the device is written', () => {
     const agent = await startImageAgent(loop.path);
     try {
       const r = await runToEnd(agent.url, 'standby.prepare_image', {
-        image_info: { id: name, urls: [url], disk_format: 'raw', stream_raw_images: true, os_hash_algo: 'sha256', os_hash_value: await sha256Of(small.path) },
+        image_info: {
+          id: name,
+          urls: [url],
+          disk_format: 'raw',
+          stream_raw_images: true,
+          os_hash_algo: 'sha256',
+          os_hash_value: await sha256Of(small.path),
+        },
         configdrive: 'this is not base64 of a config drive!',
       });
       await expectRefused(r, 'ConfigDriveError', /not base64/);
@@ -171,20 +239,42 @@ describe('refused before the device is written', () => {
   });
 
   it('an md5 checksum when md5 is disabled: HTTP 400 when given, FAILED when a checksum file holds it', async () => {
-    const md5 = createHash('md5').update(await readFile(small.path)).digest('hex');
+    const md5 = createHash('md5')
+      .update(await readFile(small.path))
+      .digest('hex');
     const md5Off = { 'ipa-md5-enabled': 'false' };
     const agent = await startImageAgent(loop.path, md5Off);
     try {
       const image_info = { id: 'x', urls: [server.url('x')] };
-      const legacy = await runCommand(agent.url, 'standby.prepare_image', { image_info: { ...image_info, checksum: md5 } });
-      expect([legacy.status, legacy.json.faultstring]).toEqual([400, expect.stringMatching(/Image checksum is not available/)]);
-      const declared = await runCommand(agent.url, 'standby.prepare_image', { image_info: { ...image_info, os_hash_algo: 'md5', os_hash_value: md5 } });
-      expect([declared.status, declared.json.faultstring]).toEqual([400, expect.stringMatching(/MD5 checksums are disabled/)]);
+      const legacy = await runCommand(agent.url, 'standby.prepare_image', {
+        image_info: { ...image_info, checksum: md5 },
+      });
+      expect([legacy.status, legacy.json.faultstring]).toEqual([
+        400,
+        expect.stringMatching(/Image checksum is not available/),
+      ]);
+      const declared = await runCommand(agent.url, 'standby.prepare_image', {
+        image_info: { ...image_info, os_hash_algo: 'md5', os_hash_value: md5 },
+      });
+      expect([declared.status, declared.json.faultstring]).toEqual([
+        400,
+        expect.stringMatching(/MD5 checksums are disabled/),
+      ]);
     } finally {
       await agent.close();
     }
     const sums = server.serve(`md5sums-${Math.random()}`, `${md5}\n`);
-    const r = await deployFile(small.path, { disk_format: 'raw', stream_raw_images: true, os_hash_algo: undefined, os_hash_value: undefined, checksum: sums }, md5Off);
+    const r = await deployFile(
+      small.path,
+      {
+        disk_format: 'raw',
+        stream_raw_images: true,
+        os_hash_algo: undefined,
+        os_hash_value: undefined,
+        checksum: sums,
+      },
+      md5Off,
+    );
     await expectRefused(r, 'ImageChecksumError', /MD5 checksums are disabled/);
   });
 });
@@ -220,19 +310,26 @@ describe('checksum mismatch', () => {
     ['qcow2, streamed', { disk_format: 'qcow2' }, true, {}],
     ['qcow2, converted', { disk_format: 'qcow2' }, true, { 'ina-qcow2-stream-spool': '0' }],
     ['raw, not streamed', { disk_format: 'raw', stream_raw_images: false }, false, {}],
-  ] as const)('%s: fails once written and leaves nothing that looks like a disk label', async (_, info, convert, flags) => {
-    const wrong = 'cd'.repeat(32);
-    const file = convert ? await toQcow2(small.path, join(work.dir, 'mismatch.qcow2')) : small.path;
-    const r = await deployFile(file, { ...info, os_hash_value: wrong }, flags);
-    expect(r.command_status).toBe('FAILED');
-    expect(r.command_error!.type).toBe('ImageChecksumError');
-    expect(r.command_error!.details).toContain(`verification checksum: ${await sha256Of(file)}`);
-    await expectNoDiskLabel();
-  });
+  ] as const)(
+    '%s: fails once written and leaves nothing that looks like a disk label',
+    async (_, info, convert, flags) => {
+      const wrong = 'cd'.repeat(32);
+      const file = convert ? await toQcow2(small.path, join(work.dir, 'mismatch.qcow2')) : small.path;
+      const r = await deployFile(file, { ...info, os_hash_value: wrong }, flags);
+      expect(r.command_status).toBe('FAILED');
+      expect(r.command_error!.type).toBe('ImageChecksumError');
+      expect(r.command_error!.details).toContain(`verification checksum: ${await sha256Of(file)}`);
+      await expectNoDiskLabel();
+    },
+  );
 
   it('a compressed buffered image: fails before the device is written', async () => {
     const packed = await compress(await toQcow2(small.path, join(work.dir, 'mismatch-packed.qcow2')), 'gzip');
-    const r = await deployFile(packed, { disk_format: 'qcow2', os_hash_value: 'ef'.repeat(32) }, { 'ina-qcow2-stream-spool': '0' });
+    const r = await deployFile(
+      packed,
+      { disk_format: 'qcow2', os_hash_value: 'ef'.repeat(32) },
+      { 'ina-qcow2-stream-spool': '0' },
+    );
     await expectRefused(r, 'ImageChecksumError', new RegExp(`verification checksum: ${await sha256Of(packed)}`));
   });
 
@@ -256,10 +353,14 @@ describe('bad image_info', () => {
   it('is an HTTP 400 for standby.prepare_image, with nothing recorded', async () => {
     const agent = await startImageAgent(loop.path);
     try {
-      const r = await runCommand(agent.url, 'standby.prepare_image', { image_info: { id: 'x', urls: ['http://127.0.0.1/x'] } });
+      const r = await runCommand(agent.url, 'standby.prepare_image', {
+        image_info: { id: 'x', urls: ['http://127.0.0.1/x'] },
+      });
       expect(r.status).toBe(400);
       expect(r.json.faultstring).toMatch(/^Invalid command parameters: Image checksum is not available/);
-      const missing = await runCommand(agent.url, 'standby.prepare_image', { image_info: { id: 'x', checksum: 'a'.repeat(64) } });
+      const missing = await runCommand(agent.url, 'standby.prepare_image', {
+        image_info: { id: 'x', checksum: 'a'.repeat(64) },
+      });
       expect(missing.json.faultstring).toBe("Invalid command parameters: Image is missing 'urls' field.");
       expect((await call(`${agent.url}/v1/commands/`)).json.commands).toEqual([]);
     } finally {
@@ -338,32 +439,53 @@ async function expectNoDiskLabel(): Promise<void> {
 }
 
 describe('a packed image that goes wrong after writing began', () => {
-  it.each(['gzip', 'zstd', 'xz'] as const)('%s: data broken past the head fails as an invalid image, and no disk label is left', async (kind) => {
-    const img = await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 14, name: `late-${kind}.raw`, randomKiB: 10 * 1024 });
-    const packed = await readFile(await compress(img.path, kind));
-    for (let i = packed.length - 64 * 1024; i < packed.length - 100; i += 97) packed[i] = packed[i]! ^ 0x5a;
-    const file = join(work.dir, `late-broken.${kind}`);
-    await writeFile(file, packed);
-    const r = await deployFile(file, { disk_format: 'raw', stream_raw_images: true });
-    expect(r.command_status).toBe('FAILED');
-    expect(r.command_error!.type).toBe('InvalidImage');
-    expect(r.command_error!.details).toMatch(new RegExp(`${kind} data could not be decompressed`));
-    await expectNoDiskLabel();
-  });
+  it.each(['gzip', 'zstd', 'xz'] as const)(
+    '%s: data broken past the head fails as an invalid image, and no disk label is left',
+    async (kind) => {
+      const img = await makeDiskImage(work.dir, {
+        table: 'gpt',
+        sizeMiB: 14,
+        name: `late-${kind}.raw`,
+        randomKiB: 10 * 1024,
+      });
+      const packed = await readFile(await compress(img.path, kind));
+      for (let i = packed.length - 64 * 1024; i < packed.length - 100; i += 97) packed[i] = packed[i]! ^ 0x5a;
+      const file = join(work.dir, `late-broken.${kind}`);
+      await writeFile(file, packed);
+      const r = await deployFile(file, { disk_format: 'raw', stream_raw_images: true });
+      expect(r.command_status).toBe('FAILED');
+      expect(r.command_error!.type).toBe('InvalidImage');
+      expect(r.command_error!.details).toMatch(new RegExp(`${kind} data could not be decompressed`));
+      await expectNoDiskLabel();
+    },
+  );
 
-  it.each(['gzip', 'zstd'] as const)('%s: an image that decodes to more than the disk fails as too large, and no disk label is left', async (kind) => {
-    const big = await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 24, name: `big-packed-${kind}.raw`, randomKiB: 64 });
-    const r = await deployFile(await compress(big.path, kind), { disk_format: 'raw', stream_raw_images: true });
-    expect(r.command_status).toBe('FAILED');
-    expect(r.command_error!.type).toBe('ImageWriteError');
-    expect(r.command_error!.details).toMatch(/decompressed image is larger than/);
-    await expectNoDiskLabel();
-  });
+  it.each(['gzip', 'zstd'] as const)(
+    '%s: an image that decodes to more than the disk fails as too large, and no disk label is left',
+    async (kind) => {
+      const big = await makeDiskImage(work.dir, {
+        table: 'gpt',
+        sizeMiB: 24,
+        name: `big-packed-${kind}.raw`,
+        randomKiB: 64,
+      });
+      const r = await deployFile(await compress(big.path, kind), { disk_format: 'raw', stream_raw_images: true });
+      expect(r.command_status).toBe('FAILED');
+      expect(r.command_error!.type).toBe('ImageWriteError');
+      expect(r.command_error!.details).toMatch(/decompressed image is larger than/);
+      await expectNoDiskLabel();
+    },
+  );
 });
 
 describe('a conversion that fails halfway', () => {
   it('streamed: fails with InvalidImage once the broken cluster arrives, and leaves nothing that looks like a disk label', async () => {
-    const img = await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 14, name: 'halfway-streamed.raw', randomKiB: 10 * 1024 });
+    const img = await makeDiskImage(work.dir, {
+      table: 'gpt',
+      sizeMiB: 14,
+      name: 'halfway-streamed.raw',
+      randomKiB: 10 * 1024,
+    });
     const qcow2 = `${img.path}.qcow2`;
     await execa('qemu-img', ['convert', '-q', '-c', '-f', 'raw', '-O', 'qcow2', img.path, qcow2]);
     await corruptLastCluster(qcow2);
@@ -388,7 +510,11 @@ describe('a conversion that fails halfway', () => {
     // The same bytes, damaged in transit as far as the checksum tells: that is what is reported, after the
     // failed write was cleared (the paint is gone).
     await paint(loop.path, loop.sizeBytes);
-    const mismatch = await deployFile(qcow2, { disk_format: 'qcow2', os_hash_value: '23'.repeat(32) }, { 'ina-qcow2-stream-spool': '0' });
+    const mismatch = await deployFile(
+      qcow2,
+      { disk_format: 'qcow2', os_hash_value: '23'.repeat(32) },
+      { 'ina-qcow2-stream-spool': '0' },
+    );
     expect(mismatch.command_error!.type).toBe('ImageChecksumError');
     await expectNoDiskLabel();
   });

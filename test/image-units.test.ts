@@ -11,7 +11,14 @@ import { headHasGpt } from '../agent/image/settle.ts';
 import { relocateBackupGpt } from '../agent/image/gpt.ts';
 import { shownUrl, splitCredentials } from '../agent/image/url-credentials.ts';
 import { copyFile, open } from 'node:fs/promises';
-import { compress, makeDiskImage, qcow2WithBackingFile, qcow2WithDataFile, toQcow2, workDir } from './helpers/make-image.ts';
+import {
+  compress,
+  makeDiskImage,
+  qcow2WithBackingFile,
+  qcow2WithDataFile,
+  toQcow2,
+  workDir,
+} from './helpers/make-image.ts';
 import { execa } from 'execa';
 import { readDevice } from './helpers/image-agent.ts';
 import { join } from 'node:path';
@@ -26,47 +33,77 @@ describe('parseImageInfo', () => {
     [{ id: 'x', checksum: H64 }, "Image is missing 'urls' field."],
     [{ ...base, urls: [], checksum: H64 }, "Image 'urls' must be a list with at least one element."],
     [{ ...base, checksum: '' }, "image_info 'checksum' must be a non-empty string"],
-    [{ ...base, os_hash_algo: 'sha256' }, "image_info 'os_hash_algo' and 'os_hash_value' must both be non-empty strings"],
+    [
+      { ...base, os_hash_algo: 'sha256' },
+      "image_info 'os_hash_algo' and 'os_hash_value' must both be non-empty strings",
+    ],
     [base, /^Image checksum is not available/],
     [{ ...base, os_hash_algo: 'whirlpool', os_hash_value: H64 }, /Unsupported os_hash_algo 'whirlpool'/],
     [{ ...base, urls: ['ftp://h/x'], checksum: H64 }, /only http and https/],
     [{ ...base, checksum: H64, proxies: 'x' }, "image_info 'proxies' must be an object"],
     // A digest that cannot match its algorithm is refused before anything is downloaded or cleared.
-    [{ ...base, os_hash_algo: 'sha256', os_hash_value: 'a'.repeat(63) }, /^image_info 'os_hash_value' is not a sha256 digest \(64 hex characters\)/],
-    [{ ...base, os_hash_algo: 'sha512', os_hash_value: H64 }, /^image_info 'os_hash_value' is not a sha512 digest \(128 hex characters\)/],
+    [
+      { ...base, os_hash_algo: 'sha256', os_hash_value: 'a'.repeat(63) },
+      /^image_info 'os_hash_value' is not a sha256 digest \(64 hex characters\)/,
+    ],
+    [
+      { ...base, os_hash_algo: 'sha512', os_hash_value: H64 },
+      /^image_info 'os_hash_value' is not a sha512 digest \(128 hex characters\)/,
+    ],
     [{ ...base, os_hash_algo: 'sha256', os_hash_value: 'g'.repeat(64) }, /is not a sha256 digest/],
     [{ ...base, checksum: 'a'.repeat(40) }, /^image_info 'checksum' is not an md5, sha256 or sha512 digest/],
     [{ ...base, checksum: 'not-a-digest' }, /^image_info 'checksum' is not an md5, sha256 or sha512 digest/],
   ])('refuses %j', (info, message) => {
-    expect(() => parseImageInfo(info, md5On)).toThrow(expect.objectContaining({ name: 'InvalidCommandParamsError', details: message instanceof RegExp ? expect.stringMatching(message) : message }));
+    expect(() => parseImageInfo(info, md5On)).toThrow(
+      expect.objectContaining({
+        name: 'InvalidCommandParamsError',
+        details: message instanceof RegExp ? expect.stringMatching(message) : message,
+      }),
+    );
   });
 
   it('holds md5 to ipa-md5-enabled: a short literal checksum is not usable, os_hash_algo md5 is refused', () => {
     const md5Off = { md5Enabled: false };
     const md5 = 'b'.repeat(32);
-    const refusal = (details: RegExp) => expect.objectContaining({ name: 'InvalidCommandParamsError', details: expect.stringMatching(details) });
-    expect(() => parseImageInfo({ ...base, checksum: md5 }, md5Off)).toThrow(refusal(/^Image checksum is not available.* MD5 checksums are disabled/));
-    expect(() => parseImageInfo({ ...base, os_hash_algo: 'md5', os_hash_value: md5 }, md5Off)).toThrow(refusal(/^Image checksum is not available.* MD5 checksums are disabled/));
-    expect(() => parseImageInfo({ ...base, os_hash_algo: 'md5', os_hash_value: H64, checksum: md5 }, md5Off)).toThrow(refusal(/MD5 checksums are disabled/));
+    const refusal = (details: RegExp) =>
+      expect.objectContaining({ name: 'InvalidCommandParamsError', details: expect.stringMatching(details) });
+    expect(() => parseImageInfo({ ...base, checksum: md5 }, md5Off)).toThrow(
+      refusal(/^Image checksum is not available.* MD5 checksums are disabled/),
+    );
+    expect(() => parseImageInfo({ ...base, os_hash_algo: 'md5', os_hash_value: md5 }, md5Off)).toThrow(
+      refusal(/^Image checksum is not available.* MD5 checksums are disabled/),
+    );
+    expect(() => parseImageInfo({ ...base, os_hash_algo: 'md5', os_hash_value: H64, checksum: md5 }, md5Off)).toThrow(
+      refusal(/MD5 checksums are disabled/),
+    );
     expect(() => parseImageInfo(base, md5Off)).toThrow(refusal(/for image verification\.$/));
-    expect(parseImageInfo({ ...base, os_hash_algo: 'md5', os_hash_value: md5, checksum: H64 }, md5Off).checksum).toEqual({ value: H64, isUrl: false, field: 'checksum' });
+    expect(
+      parseImageInfo({ ...base, os_hash_algo: 'md5', os_hash_value: md5, checksum: H64 }, md5Off).checksum,
+    ).toEqual({ value: H64, isUrl: false, field: 'checksum' });
     expect(parseImageInfo({ ...base, checksum: 'http://h/MD5SUMS' }, md5Off).checksum).toMatchObject({ isUrl: true });
-    expect(parseImageInfo({ ...base, checksum: md5 }, md5On).checksum).toEqual({ value: md5, isUrl: false, field: 'checksum' });
+    expect(parseImageInfo({ ...base, checksum: md5 }, md5On).checksum).toEqual({
+      value: md5,
+      isUrl: false,
+      field: 'checksum',
+    });
   });
 
   it('reads everything ironic sends into one typed object', () => {
-    const info = parseImageInfo({
-      ...base,
-      disk_format: 'GPT',
-      stream_raw_images: true,
-      os_hash_algo: 'SHA512',
-      os_hash_value: ` https://h/SHA512SUMS `,
-      checksum: 'b'.repeat(32),
-      image_request_authorization: Buffer.from('Bearer t').toString('base64'),
-      proxies: { http: 'proxy:3128', https: null },
-      no_proxy: '.local',
-      node_uuid: 'n',
-    }, md5On);
+    const info = parseImageInfo(
+      {
+        ...base,
+        disk_format: 'GPT',
+        stream_raw_images: true,
+        os_hash_algo: 'SHA512',
+        os_hash_value: ` https://h/SHA512SUMS `,
+        checksum: 'b'.repeat(32),
+        image_request_authorization: Buffer.from('Bearer t').toString('base64'),
+        proxies: { http: 'proxy:3128', https: null },
+        no_proxy: '.local',
+        node_uuid: 'n',
+      },
+      md5On,
+    );
     expect(info).toMatchObject({
       diskFormat: 'raw',
       streamRaw: true,
@@ -76,9 +113,18 @@ describe('parseImageInfo', () => {
       noProxy: '.local',
       imageType: 'whole-disk',
     });
-    expect(parseImageInfo({ ...base, checksum: 'a'.repeat(32), image_server_auth_strategy: 'http_basic', image_server_user: 'u', image_server_password: 'p' }, md5On).authorization).toBe(
-      `Basic ${Buffer.from('u:p').toString('base64')}`,
-    );
+    expect(
+      parseImageInfo(
+        {
+          ...base,
+          checksum: 'a'.repeat(32),
+          image_server_auth_strategy: 'http_basic',
+          image_server_user: 'u',
+          image_server_password: 'p',
+        },
+        md5On,
+      ).authorization,
+    ).toBe(`Basic ${Buffer.from('u:p').toString('base64')}`);
   });
 });
 
@@ -114,7 +160,9 @@ describe('digests', () => {
     expect(() => expectedDigest(undefined, 'a'.repeat(40), true)).toThrow(/Cannot tell the checksum algorithm/);
     const e = expectedDigest('sha256', H64.toUpperCase(), true);
     expect(() => verifyDigest(e, H64, 'id', 'url')).not.toThrow();
-    expect(() => verifyDigest(e, 'b'.repeat(64), 'id', 'url')).toThrow(expect.objectContaining({ name: 'ImageChecksumError' }));
+    expect(() => verifyDigest(e, 'b'.repeat(64), 'id', 'url')).toThrow(
+      expect.objectContaining({ name: 'ImageChecksumError' }),
+    );
   });
 });
 
@@ -170,16 +218,36 @@ describe('inspectImage over real images', () => {
   });
 
   it('qcow2: clean, backing file, external data file, encrypted', async () => {
-    expect(inspectImage(await head(await toQcow2(raw)))).toEqual({ format: 'qcow2', virtualSize: 4 * 1024 * 1024, unsafe: [] });
+    expect(inspectImage(await head(await toQcow2(raw)))).toEqual({
+      format: 'qcow2',
+      virtualSize: 4 * 1024 * 1024,
+      unsafe: [],
+    });
     expect(inspectImage(await head(await qcow2WithBackingFile(raw))).unsafe.join()).toMatch(/backing file: .*\.raw/);
     expect(inspectImage(await head(await qcow2WithDataFile(work.dir, 4))).unsafe.join()).toMatch(/external data file/);
     const encrypted = join(work.dir, 'encrypted.qcow2');
-    await execa('qemu-img', ['create', '-q', '-f', 'qcow2', '--object', 'secret,id=sec0,data=hunter2', '-o', 'encrypt.format=luks,encrypt.key-secret=sec0', encrypted, '4M']);
+    await execa('qemu-img', [
+      'create',
+      '-q',
+      '-f',
+      'qcow2',
+      '--object',
+      'secret,id=sec0,data=hunter2',
+      '-o',
+      'encrypt.format=luks,encrypt.key-secret=sec0',
+      encrypted,
+      '4M',
+    ]);
     expect(inspectImage(await head(encrypted)).unsafe).toEqual(['qcow2 image is encrypted']);
   });
 
   it('vmdk, vhdx, vpc, vdi, luks, iso', async () => {
-    for (const [fmt, want] of [['vmdk', 'vmdk'], ['vhdx', 'vhdx'], ['vpc', 'vhd'], ['vdi', 'vdi']] as const) {
+    for (const [fmt, want] of [
+      ['vmdk', 'vmdk'],
+      ['vhdx', 'vhdx'],
+      ['vpc', 'vhd'],
+      ['vdi', 'vdi'],
+    ] as const) {
       const out = join(work.dir, `x.${fmt}`);
       await execa('qemu-img', ['convert', '-q', '-f', 'raw', '-O', fmt, raw, out]);
       const data = await readFile(out);
@@ -208,11 +276,21 @@ describe('inspectImage over real images', () => {
       copy.fill(0, at, at + 20 * 512).write(text, at, 'latin1');
       return inspectImage(copy).unsafe.join('; ');
     };
-    expect(withDescriptor(descriptor.replace(/^RW .*$/m, 'RW 8192 FLAT "/etc/shadow" 0'))).toMatch(/extents other than one sparse extent: RW 8192 FLAT/);
-    expect(withDescriptor(descriptor.replace(/^(RW .*)$/m, '$1\nRW 8192 SPARSE "other.vmdk"'))).toMatch(/extents other than one sparse extent/);
-    expect(withDescriptor(descriptor.replace('monolithicSparse', 'twoGbMaxExtentSparse'))).toMatch(/create type twoGbMaxExtentSparse/);
-    expect(withDescriptor(descriptor.replace(/^parentCID=.*$/m, 'parentCID=1234abcd\nparentFileNameHint="base.vmdk"'))).toMatch(/parent disk/);
-    expect(withDescriptor(descriptor.replace('ddb.adapterType', '  parentFileNameHint="base.vmdk"\nddb.adapterType'))).toMatch(/parent disk/);
+    expect(withDescriptor(descriptor.replace(/^RW .*$/m, 'RW 8192 FLAT "/etc/shadow" 0'))).toMatch(
+      /extents other than one sparse extent: RW 8192 FLAT/,
+    );
+    expect(withDescriptor(descriptor.replace(/^(RW .*)$/m, '$1\nRW 8192 SPARSE "other.vmdk"'))).toMatch(
+      /extents other than one sparse extent/,
+    );
+    expect(withDescriptor(descriptor.replace('monolithicSparse', 'twoGbMaxExtentSparse'))).toMatch(
+      /create type twoGbMaxExtentSparse/,
+    );
+    expect(
+      withDescriptor(descriptor.replace(/^parentCID=.*$/m, 'parentCID=1234abcd\nparentFileNameHint="base.vmdk"')),
+    ).toMatch(/parent disk/);
+    expect(
+      withDescriptor(descriptor.replace('ddb.adapterType', '  parentFileNameHint="base.vmdk"\nddb.adapterType')),
+    ).toMatch(/parent disk/);
     // A decoy descriptor elsewhere, or none declared: qemu reads sector 1 all the same.
     for (const sector of [0n, 2n]) {
       const moved = Buffer.from(sparse);
@@ -250,8 +328,13 @@ describe('relocateBackupGpt', () => {
     for (const w of writes) await fh.write(w.data, 0, w.data.length, w.offset);
     await fh.close();
 
-    for (const [offset, length] of [[0, 64 * 1024], [diskBytes - 64 * 1024, 64 * 1024]] as const) {
-      expect((await readDevice(ours, offset, offset + length)).equals(await readDevice(theirs, offset, offset + length))).toBe(true);
+    for (const [offset, length] of [
+      [0, 64 * 1024],
+      [diskBytes - 64 * 1024, 64 * 1024],
+    ] as const) {
+      expect(
+        (await readDevice(ours, offset, offset + length)).equals(await readDevice(theirs, offset, offset + length)),
+      ).toBe(true);
     }
     expect((await execa('sgdisk', ['-v', ours])).stdout).toMatch(/No problems found/);
   });
@@ -265,7 +348,10 @@ describe('credentials in image URLs', () => {
   const basic = (pair: string, enc: BufferEncoding = 'latin1') => `Basic ${Buffer.from(pair, enc).toString('base64')}`;
 
   it('become Basic authorization as python-requests builds it, and leave the URL', () => {
-    expect(splitCredentials('http://u%40x:p%3Aw@host:8080/a/b.img?q=1')).toEqual({ url: 'http://host:8080/a/b.img?q=1', authorization: basic('u@x:p:w') });
+    expect(splitCredentials('http://u%40x:p%3Aw@host:8080/a/b.img?q=1')).toEqual({
+      url: 'http://host:8080/a/b.img?q=1',
+      authorization: basic('u@x:p:w'),
+    });
     // An unencoded @ in the password: the last @ ends the userinfo.
     expect(splitCredentials('http://u:p@ss@host/i')).toEqual({ url: 'http://host/i', authorization: basic('u:p@ss') });
     // An empty password still counts; a user without any password makes no header.

@@ -27,7 +27,9 @@ interface Posted {
 }
 
 /** A stand-in for Ironic's /v1/continue_inspection: records posts, answers from a script. */
-async function callbackServer(answer: (n: number, p: Posted) => Promise<{ status: number; body: unknown }> | { status: number; body: unknown }) {
+async function callbackServer(
+  answer: (n: number, p: Posted) => Promise<{ status: number; body: unknown }> | { status: number; body: unknown },
+) {
   const posts: Posted[] = [];
   const server: Server = createServer(async (req, res) => {
     let raw = '';
@@ -51,14 +53,24 @@ afterEach(async () => {
 function virtualClock(): Clock & { slept: number[] } {
   let t = 0;
   const slept: number[] = [];
-  return { slept, now: () => t, sleep: async (ms) => {
-    slept.push(ms);
-    t += ms;
-  }, timeout: () => new AbortController().signal };
+  return {
+    slept,
+    now: () => t,
+    sleep: async (ms) => {
+      slept.push(ms);
+      t += ms;
+    },
+    timeout: () => new AbortController().signal,
+  };
 }
 
 function configFor(flags: Record<string, string>) {
-  return buildConfig(new Map(), new Map(Object.entries({ 'ipa-listen-host': '127.0.0.1', 'ipa-listen-port': '0', 'ipa-nic-wait-timeout': '0', ...flags })));
+  return buildConfig(
+    new Map(),
+    new Map(
+      Object.entries({ 'ipa-listen-host': '127.0.0.1', 'ipa-listen-port': '0', 'ipa-nic-wait-timeout': '0', ...flags }),
+    ),
+  );
 }
 
 function inProcess(flags: Record<string, string>, extra: Partial<Parameters<typeof inspect>[0]> = {}) {
@@ -75,11 +87,26 @@ describe('the agent process with only ipa-inspection-callback-url', () => {
     const cb = await callbackServer(() => ({ status: 202, body: { uuid: '1be26c0b-03f2-4d2e-ae87-c02d7f33c123' } }));
     const dir = await mkdtemp(join(tmpdir(), 'ina-inspect-'));
     cleanups.push(() => rm(dir, { recursive: true, force: true }));
-    await writeFile(join(dir, 'cmdline'), `BOOT_IMAGE=/vmlinuz ipa-inspection-callback-url=${cb.url} BOOTIF=01-52-54-00-12-34-56\n`);
+    await writeFile(
+      join(dir, 'cmdline'),
+      `BOOT_IMAGE=/vmlinuz ipa-inspection-callback-url=${cb.url} BOOTIF=01-52-54-00-12-34-56\n`,
+    );
     const status = join(dir, 'status.json');
-    const child = spawn(process.execPath, ['--import', 'tsx', 'agent/main.ts', `--kernel-cmdline=${join(dir, 'cmdline')}`,
-      '--ipa-listen-host=127.0.0.1', '--ipa-listen-port=0', '--ipa-nic-wait-timeout=0', '--ipa-inspection-dhcp-wait-timeout=0',
-      `--status-file=${status}`], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        'agent/main.ts',
+        `--kernel-cmdline=${join(dir, 'cmdline')}`,
+        '--ipa-listen-host=127.0.0.1',
+        '--ipa-listen-port=0',
+        '--ipa-nic-wait-timeout=0',
+        '--ipa-inspection-dhcp-wait-timeout=0',
+        `--status-file=${status}`,
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let out = '';
     child.stdout.on('data', (c) => (out += c));
     child.stderr.on('data', (c) => (out += c));
@@ -95,22 +122,46 @@ describe('the agent process with only ipa-inspection-callback-url', () => {
     expect(headers['content-type']).toBe('application/json');
     expect(headers.accept).toBe('application/json');
     expect(headers['x-openstack-ironic-api-version']).toBeUndefined();
-    expect(Object.keys(body).sort()).toEqual(['boot_interface', 'configuration', 'error', 'inventory', 'logs', ...('root_disk' in body ? ['root_disk'] : [])].sort());
+    expect(Object.keys(body).sort()).toEqual(
+      [
+        'boot_interface',
+        'configuration',
+        'error',
+        'inventory',
+        'logs',
+        ...('root_disk' in body ? ['root_disk'] : []),
+      ].sort(),
+    );
     expect(body.error).toBeNull();
     expect(body.boot_interface).toBe('01-52-54-00-12-34-56');
-    expect(body.configuration).toEqual({ collectors: ['default', 'logs'], managers: [{ name: 'generic_hardware_manager', version: '1.2' }] });
-    const inv = body.inventory as { cpu: { count: number }; memory: { total: number }; interfaces: { mac_address: string }[]; boot: unknown };
+    expect(body.configuration).toEqual({
+      collectors: ['default', 'logs'],
+      managers: [{ name: 'generic_hardware_manager', version: '1.2' }],
+    });
+    const inv = body.inventory as {
+      cpu: { count: number };
+      memory: { total: number };
+      interfaces: { mac_address: string }[];
+      boot: unknown;
+    };
     expect(inv.cpu.count).toBe(cpus().length);
     expect(inv.memory.total).toBe(memTotalBytes(await readFile('/proc/meminfo', 'utf8')));
     expect(inv.interfaces.map((i) => i.mac_address)).toEqual(macs);
     expect(inv.boot).toEqual({ current_boot_mode: 'bios', pxe_interface: '01-52-54-00-12-34-56' });
     // logs: a gzipped tar, base64
-    expect(gunzipSync(Buffer.from(body.logs as string, 'base64')).subarray(257, 262).toString()).toBe('ustar');
+    expect(
+      gunzipSync(Buffer.from(body.logs as string, 'base64'))
+        .subarray(257, 262)
+        .toString(),
+    ).toBe('ustar');
     // the log says how long the inventory took; the status file (the console) shows the summary and result
     expect(out).toMatch(/"collectionMs":\d+/);
     await new Promise((r) => setTimeout(r, 400));
     const doc = JSON.parse(await readFile(status, 'utf8'));
-    expect(doc.status.inspection).toMatchObject({ phase: 'done', result: 'HTTP 202, node 1be26c0b-03f2-4d2e-ae87-c02d7f33c123' });
+    expect(doc.status.inspection).toMatchObject({
+      phase: 'done',
+      result: 'HTTP 202, node 1be26c0b-03f2-4d2e-ae87-c02d7f33c123',
+    });
     expect(doc.status.inspection.summary).toMatch(new RegExp(`^${cpus().length} CPU x86_64, \\d+ MiB, `));
     expect(doc.status.phase).toBe('inspected; waiting to be powered off');
   }, 90_000);
@@ -118,8 +169,18 @@ describe('the agent process with only ipa-inspection-callback-url', () => {
 
 describe('posting', () => {
   it('retries 503 and 409 after 5 s each, then takes the node UUID', async () => {
-    const cb = await callbackServer((n) => (n === 1 ? { status: 503, body: {} } : n === 2 ? { status: 409, body: {} } : { status: 202, body: { uuid: 'u-1' } }));
-    const t = inProcess({ 'ipa-inspection-callback-url': cb.url, 'ipa-inspection-collectors': 'default', 'ipa-api-url': 'http://127.0.0.1:1' });
+    const cb = await callbackServer((n) =>
+      n === 1
+        ? { status: 503, body: {} }
+        : n === 2
+          ? { status: 409, body: {} }
+          : { status: 202, body: { uuid: 'u-1' } },
+    );
+    const t = inProcess({
+      'ipa-inspection-callback-url': cb.url,
+      'ipa-inspection-collectors': 'default',
+      'ipa-api-url': 'http://127.0.0.1:1',
+    });
     const r = await t.run();
     expect(r.outcome).toMatchObject({ kind: 'accepted', attempts: 3 });
     expect(r.nodeUuid).toBe('u-1');
@@ -130,19 +191,34 @@ describe('posting', () => {
 
   it('gives up within ipa-inspection-timeout and on a 4xx at once; neither throws', async () => {
     const down = await callbackServer(() => ({ status: 500, body: {} }));
-    const t = inProcess({ 'ipa-inspection-callback-url': down.url, 'ipa-inspection-collectors': 'default', 'ipa-inspection-timeout': '12' });
+    const t = inProcess({
+      'ipa-inspection-callback-url': down.url,
+      'ipa-inspection-collectors': 'default',
+      'ipa-inspection-timeout': '12',
+    });
     expect((await t.run()).outcome).toMatchObject({ kind: 'failed', attempts: 3 });
     expect(t.state.status.inspection?.phase).toBe('failed');
     expect(t.clock.slept).toEqual([5000, 5000]);
-    const bad = await callbackServer(() => ({ status: 400, body: { error_message: JSON.stringify({ faultstring: 'No lookup information provided' }) } }));
+    const bad = await callbackServer(() => ({
+      status: 400,
+      body: { error_message: JSON.stringify({ faultstring: 'No lookup information provided' }) },
+    }));
     const r = await inProcess({ 'ipa-inspection-callback-url': bad.url, 'ipa-inspection-collectors': 'default' }).run();
-    expect(r.outcome).toMatchObject({ kind: 'refused', status: 400, reason: 'HTTP 400: No lookup information provided', attempts: 1 });
+    expect(r.outcome).toMatchObject({
+      kind: 'refused',
+      status: 400,
+      reason: 'HTTP 400: No lookup information provided',
+      attempts: 1,
+    });
     expect(r.nodeUuid).toBeUndefined();
   });
 
   it('tries the next callback URL when one does not answer', async () => {
     const cb = await callbackServer(() => ({ status: 202, body: { uuid: 'u-2' } }));
-    const r = await inProcess({ 'ipa-inspection-callback-url': `http://127.0.0.1:1/v1/continue_inspection,${cb.url}`, 'ipa-inspection-collectors': 'default' }).run();
+    const r = await inProcess({
+      'ipa-inspection-callback-url': `http://127.0.0.1:1/v1/continue_inspection,${cb.url}`,
+      'ipa-inspection-collectors': 'default',
+    }).run();
     expect(r.nodeUuid).toBe('u-2');
   });
 });
@@ -151,7 +227,10 @@ describe('collectors', () => {
   it('a failing collector is reported in `error`, the others still run, and no UUID is used', async () => {
     const cb = await callbackServer(() => ({ status: 202, body: { uuid: 'u-3' } }));
     const table = { ...collectors, boom: async () => Promise.reject(new Error('disk on fire')) };
-    const r = await inProcess({ 'ipa-inspection-callback-url': cb.url, 'ipa-inspection-collectors': 'boom,default,pci-devices,numa-topology' }, { collectors: table }).run();
+    const r = await inProcess(
+      { 'ipa-inspection-callback-url': cb.url, 'ipa-inspection-collectors': 'boom,default,pci-devices,numa-topology' },
+      { collectors: table },
+    ).run();
     const body = cb.posts[0]!.body;
     expect(body.error).toBe('The following errors were encountered:\n* collector boom failed: disk on fire');
     expect(body.inventory).toBeDefined();
@@ -195,11 +274,18 @@ describe.skipIf(macs.length === 0)('fast track: inspection, then lookup and hear
     // agent's own lookup afterwards sees only "******".
     const cb = await callbackServer(async (_n, p) => {
       if (p.headers['x-openstack-ironic-api-version'] === undefined) return { status: 202, body: { uuid: node.uuid } };
-      const res = await fetch(`${fake.url}/v1/lookup?node_uuid=${node.uuid}`, { headers: { 'X-OpenStack-Ironic-API-Version': '1.84' } });
+      const res = await fetch(`${fake.url}/v1/lookup?node_uuid=${node.uuid}`, {
+        headers: { 'X-OpenStack-Ironic-API-Version': '1.84' },
+      });
       return { status: 202, body: await res.json() };
     });
-    const config = configFor({ 'ipa-api-url': fake.url, 'ipa-inspection-callback-url': cb.url, 'ipa-inspection-collectors': 'default',
-      'ipa-lookup-interval': '0.05', 'ipa-enable-auto-tls': 'false' });
+    const config = configFor({
+      'ipa-api-url': fake.url,
+      'ipa-inspection-callback-url': cb.url,
+      'ipa-inspection-collectors': 'default',
+      'ipa-lookup-interval': '0.05',
+      'ipa-enable-auto-tls': 'false',
+    });
     const agent = createAgent(config, nullLogger);
     const link = new ConductorLink(agent, config, nullLogger, { random: () => 0 });
     cleanups.push(() => link.stop());

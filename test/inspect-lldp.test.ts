@@ -13,15 +13,22 @@ import { switchFrame } from './helpers/lldp-frames.ts';
 const PCAP = join(import.meta.dirname, 'fixtures/inspect/lldp/leaf.pcap');
 
 describe('LLDP frames from a recorded capture', () => {
-  it('gives IPA\'s [type, hex] list up to and including End', async () => {
+  it("gives IPA's [type, hex] list up to and including End", async () => {
     const packets = pcapPackets(await readFile(PCAP));
     expect(packets).toHaveLength(2);
     const tlvs = parseLldpFrame(packets[0]!);
     expect(tlvs.map(([t]) => t)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 127, 127, 127, 0]);
     expect(tlvs[0]).toEqual([1, '04001c73aabb01']);
     expect(tlvs.at(-1)).toEqual([0, '']);
-    expect(describeLldp(tlvs)).toEqual({ chassisId: '00:1c:73:aa:bb:01', portId: 'Ethernet12', systemName: 'leaf-a1.dc1' });
-    expect(describeLldp(parseLldpFrame(packets[1]!))).toMatchObject({ portId: 'Ethernet13', systemName: 'leaf-a2.dc1' });
+    expect(describeLldp(tlvs)).toEqual({
+      chassisId: '00:1c:73:aa:bb:01',
+      portId: 'Ethernet12',
+      systemName: 'leaf-a1.dc1',
+    });
+    expect(describeLldp(parseLldpFrame(packets[1]!))).toMatchObject({
+      portId: 'Ethernet13',
+      systemName: 'leaf-a2.dc1',
+    });
   });
 
   it('ignores a runt frame and a truncated TLV; rejects a stream that is not pcap', () => {
@@ -64,7 +71,8 @@ describe.skipIf(!haveTools)('live capture with tcpdump in a network namespace', 
 
   /** Sends the frame out of `iface` every 100 ms until stopped (tcpdump needs a moment to start). */
   function sender(iface: string, frame: Buffer) {
-    const py = 'import socket,sys,time\ns=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)\ns.bind((sys.argv[1],0))\nwhile True:\n  s.send(bytes.fromhex(sys.argv[2])); time.sleep(0.1)';
+    const py =
+      'import socket,sys,time\ns=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)\ns.bind((sys.argv[1],0))\nwhile True:\n  s.send(bytes.fromhex(sys.argv[2])); time.sleep(0.1)';
     return spawn('ip', ['netns', 'exec', NS, 'python3', '-c', py, iface, frame.toString('hex')], { stdio: 'ignore' });
   }
 
@@ -85,6 +93,8 @@ describe.skipIf(!haveTools)('live capture with tcpdump in a network namespace', 
 
   it('reports an interface tcpdump cannot open as a capture error', async () => {
     await expect(captureLldp(['nosuch0'], { timeoutS: 3, tcpdump: wrapper })).rejects.toThrow(LldpCaptureError);
-    await expect(captureLldp(['nic0'], { timeoutS: 1, tcpdump: join(dir, 'absent') })).rejects.toThrow(/cannot run tcpdump/);
+    await expect(captureLldp(['nic0'], { timeoutS: 1, tcpdump: join(dir, 'absent') })).rejects.toThrow(
+      /cannot run tcpdump/,
+    );
   });
 });

@@ -34,13 +34,29 @@ describe('recorded: a VM without DMI (this host)', () => {
 
   it('has every inventory key, with IPA types, and no bmc_mac', () => {
     expect(Object.keys(inv).sort()).toEqual(
-      ['bmc_address', 'bmc_v6address', 'boot', 'cpu', 'disks', 'hostname', 'interfaces', 'memory', 'system_vendor'].sort(),
+      [
+        'bmc_address',
+        'bmc_v6address',
+        'boot',
+        'cpu',
+        'disks',
+        'hostname',
+        'interfaces',
+        'memory',
+        'system_vendor',
+      ].sort(),
     );
     expect(typeof inv.cpu.frequency).toBe('string');
   });
 
   it('reads the CPU as lscpu does', () => {
-    expect(inv.cpu).toMatchObject({ model_name: 'AMD EPYC', frequency: '2095.9990', count: 2, architecture: 'x86_64', socket_count: 1 });
+    expect(inv.cpu).toMatchObject({
+      model_name: 'AMD EPYC',
+      frequency: '2095.9990',
+      count: 2,
+      architecture: 'x86_64',
+      socket_count: 1,
+    });
     expect(inv.cpu.flags).toContain('sse4_2');
     expect(inv.cpu.flags).toHaveLength(93);
   });
@@ -52,9 +68,19 @@ describe('recorded: a VM without DMI (this host)', () => {
   it('lists the virtio NIC only (not lo, not the ifb devices), with addresses and driver', () => {
     expect(inv.interfaces).toEqual([
       {
-        name: 'eth0', mac_address: '02:fc:00:00:00:01', ipv4_address: '192.0.2.2', ipv6_address: 'fd00::2', has_carrier: true,
-        lldp: null, vendor: '0x1af4', product: '0x0001', client_id: null, biosdevname: null, speed_mbps: null,
-        pci_address: 'virtio2', driver: 'virtio_net',
+        name: 'eth0',
+        mac_address: '02:fc:00:00:00:01',
+        ipv4_address: '192.0.2.2',
+        ipv6_address: 'fd00::2',
+        has_carrier: true,
+        lldp: null,
+        vendor: '0x1af4',
+        product: '0x0001',
+        client_id: null,
+        biosdevname: null,
+        speed_mbps: null,
+        pci_address: 'virtio2',
+        driver: 'virtio_net',
       },
     ]);
   });
@@ -62,16 +88,32 @@ describe('recorded: a VM without DMI (this host)', () => {
   it('lists the virtio disk with its serial, sector sizes and by-path, and no loop devices', () => {
     expect(inv.disks).toEqual([
       {
-        name: '/dev/vda', model: null, size: 274877906944, rotational: true, wwn: null, serial: '1546636038412268', vendor: '0x1af4',
-        wwn_with_extension: null, wwn_vendor_extension: null, hctl: null, by_path: '/dev/disk/by-path/pci-0000:00:02.0',
-        logical_sectors: 512, physical_sectors: 4096, tran: null,
+        name: '/dev/vda',
+        model: null,
+        size: 274877906944,
+        rotational: true,
+        wwn: null,
+        serial: '1546636038412268',
+        vendor: '0x1af4',
+        wwn_with_extension: null,
+        wwn_vendor_extension: null,
+        hctl: null,
+        by_path: '/dev/disk/by-path/pci-0000:00:02.0',
+        logical_sectors: 512,
+        physical_sectors: 4096,
+        tran: null,
       },
     ]);
     expect(guessRootDisk(inv.disks)?.name).toBe('/dev/vda');
   });
 
   it('empty system_vendor strings, BIOS boot, no BMC, hostname from the kernel', () => {
-    expect(inv.system_vendor).toEqual({ product_name: '', serial_number: '', manufacturer: '', firmware: { vendor: '', version: '', build_date: '' } });
+    expect(inv.system_vendor).toEqual({
+      product_name: '',
+      serial_number: '',
+      manufacturer: '',
+      firmware: { vendor: '', version: '', build_date: '' },
+    });
     expect(inv.boot).toEqual({ current_boot_mode: 'bios', pxe_interface: null });
     expect(inv.bmc_address).toBeNull();
     expect(inv.bmc_v6address).toBeNull();
@@ -116,26 +158,41 @@ describe('built: a server with a bond, VLANs, IPoIB, SATA + NVMe disks, DMI and 
   beforeAll(async () => {
     const ib = '80:00:00:48:fe:80:00:00:00:00:00:00:24:8a:07:03:00:a1:b2:c3';
     dir = await buildTree({
-      'proc/cpuinfo': [0, 1, 2, 3].map((i) => `processor\t: ${i}\nmodel name\t: Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz\nphysical id\t: ${i >> 1}\ncpu MHz\t\t: 2000.000\nflags\t\t: fpu vmx sse4_2 aes pdpe1gb\n`).join('\n'),
+      'proc/cpuinfo': [0, 1, 2, 3]
+        .map(
+          (i) =>
+            `processor\t: ${i}\nmodel name\t: Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz\nphysical id\t: ${i >> 1}\ncpu MHz\t\t: 2000.000\nflags\t\t: fpu vmx sse4_2 aes pdpe1gb\n`,
+        )
+        .join('\n'),
       'proc/meminfo': 'MemTotal:       263856512 kB\n',
       'proc/sys/kernel/arch': 'x86_64\n',
       'proc/sys/kernel/hostname': 'compute-17\n',
-      ...Object.fromEntries([0, 1, 2, 3].flatMap((i) => [
-        [`sys/devices/system/cpu/cpu${i}/topology/physical_package_id`, `${i >> 1}\n`],
-        [`sys/devices/system/cpu/cpu${i}/cpufreq/cpuinfo_max_freq`, '3200000\n'],
-      ])),
+      ...Object.fromEntries(
+        [0, 1, 2, 3].flatMap((i) => [
+          [`sys/devices/system/cpu/cpu${i}/topology/physical_package_id`, `${i >> 1}\n`],
+          [`sys/devices/system/cpu/cpu${i}/cpufreq/cpuinfo_max_freq`, '3200000\n'],
+        ]),
+      ),
       'sys/class/dmi/id/sys_vendor': 'Dell Inc.\n',
       'sys/class/dmi/id/product_name': 'PowerEdge R650\n',
       'sys/class/dmi/id/product_serial': 'GX7Q2K3\n',
       'sys/class/dmi/id/bios_vendor': 'Dell Inc.\n',
       'sys/class/dmi/id/bios_version': '1.9.2\n',
       'sys/class/dmi/id/bios_date': '06/16/2023\n',
-      ...Object.fromEntries([0, 1, 2, 3].map((i) => [`sys/firmware/dmi/entries/17-${i}/raw`, smbiosMemoryDevice(65536)])),
+      ...Object.fromEntries(
+        [0, 1, 2, 3].map((i) => [`sys/firmware/dmi/entries/17-${i}/raw`, smbiosMemoryDevice(65536)]),
+      ),
       'sys/firmware/dmi/entries/17-4/raw': smbiosMemoryDevice(0),
       'sys/firmware/efi/systab': '',
       ...nic('eno1', '0000:18:00.0', '3c:fd:fe:00:00:01'),
       ...nic('eno2', '0000:18:00.1', '3c:fd:fe:00:00:01'),
-      ...nic('ib0', '0000:3b:00.0', ib, { type: '32', vendor: '0x15b3', device: '0x101b', driver: 'mlx5_core', speed: '100000' }),
+      ...nic('ib0', '0000:3b:00.0', ib, {
+        type: '32',
+        vendor: '0x15b3',
+        device: '0x101b',
+        driver: 'mlx5_core',
+        speed: '100000',
+      }),
       ...nic('ens9', '0000:5e:00.0', 'fa:16:3e:00:00:09'),
       'sys/class/net/bond0': { link: '../../devices/virtual/net/bond0' },
       'sys/devices/virtual/net/bond0/address': '3c:fd:fe:00:00:01\n',
@@ -159,22 +216,75 @@ describe('built: a server with a bond, VLANs, IPoIB, SATA + NVMe disks, DMI and 
       [`${PCI}/0000:65:00.0/nvme/nvme0/serial`]: 'S4EVNF0M123456\n',
       'dev/ipmi0': '',
     });
-    const lsblk = { blockdevices: [
-      { kname: 'sda', path: '/dev/sda', size: 480103981056, model: 'SAMSUNG MZ7LH480', vendor: 'ATA     ', serial: 'S45PNA0M900001', wwn: '0x5002538e40a1b2c3', rota: false, hctl: '2:0:0:0', 'log-sec': 512, 'phy-sec': 4096, type: 'disk', tran: 'sata', ro: false },
-      { kname: 'nvme0n1', path: '/dev/nvme0n1', size: 3840755982336, model: 'Dell Ent NVMe P5600', vendor: null, serial: null, wwn: 'eui.0025388a21b3c4d5', rota: false, hctl: null, 'log-sec': 512, 'phy-sec': 512, type: 'disk', tran: 'nvme', ro: false },
-      { kname: 'sr0', path: '/dev/sr0', size: 1073741312, model: 'Virtual CD', vendor: null, serial: null, wwn: null, rota: true, hctl: '1:0:0:0', 'log-sec': 2048, 'phy-sec': 2048, type: 'rom', tran: 'usb', ro: true },
-    ] };
+    const lsblk = {
+      blockdevices: [
+        {
+          kname: 'sda',
+          path: '/dev/sda',
+          size: 480103981056,
+          model: 'SAMSUNG MZ7LH480',
+          vendor: 'ATA     ',
+          serial: 'S45PNA0M900001',
+          wwn: '0x5002538e40a1b2c3',
+          rota: false,
+          hctl: '2:0:0:0',
+          'log-sec': 512,
+          'phy-sec': 4096,
+          type: 'disk',
+          tran: 'sata',
+          ro: false,
+        },
+        {
+          kname: 'nvme0n1',
+          path: '/dev/nvme0n1',
+          size: 3840755982336,
+          model: 'Dell Ent NVMe P5600',
+          vendor: null,
+          serial: null,
+          wwn: 'eui.0025388a21b3c4d5',
+          rota: false,
+          hctl: null,
+          'log-sec': 512,
+          'phy-sec': 512,
+          type: 'disk',
+          tran: 'nvme',
+          ro: false,
+        },
+        {
+          kname: 'sr0',
+          path: '/dev/sr0',
+          size: 1073741312,
+          model: 'Virtual CD',
+          vendor: null,
+          serial: null,
+          wwn: null,
+          rota: true,
+          hctl: '1:0:0:0',
+          'log-sec': 2048,
+          'phy-sec': 2048,
+          type: 'rom',
+          tran: 'usb',
+          ro: true,
+        },
+      ],
+    };
     inv = await collectInventory({
       root: new HostRoot(dir),
       lsblk: async () => JSON.stringify(lsblk),
       ipmitool: async (args) => {
         ipmiCalls.push(args);
-        if (args[0] === 'lan' && args[2] === '1') return 'IP Address Source       : Static Address\nIP Address              : 10.20.0.17\nMAC Address             : D0:8E:79:00:11:22\n';
+        if (args[0] === 'lan' && args[2] === '1')
+          return 'IP Address Source       : Static Address\nIP Address              : 10.20.0.17\nMAC Address             : D0:8E:79:00:11:22\n';
         if (args[0] === 'lan6' && args[3] === 'enables') return 'IPv6/IPv4 Support:  both\n';
-        if (args[0] === 'lan6' && args[3] === 'dynamic_addr') return '    Dynamic Address 0:\n        Address: fd00:20::17/64\n        Status:  active\n';
+        if (args[0] === 'lan6' && args[3] === 'dynamic_addr')
+          return '    Dynamic Address 0:\n        Address: fd00:20::17/64\n        Status:  active\n';
         throw new Error('Invalid channel 2');
       },
-      addresses: { 'bond0.100': [{ family: 'IPv4', address: '10.0.100.17', netmask: '255.255.255.0', mac: '', internal: false, cidr: null }] },
+      addresses: {
+        'bond0.100': [
+          { family: 'IPv4', address: '10.0.100.17', netmask: '255.255.255.0', mac: '', internal: false, cidr: null },
+        ],
+      },
       bootif: '01-3c-fd-fe-00-00-01',
       biosdevname: async (name) => ({ eno1: 'em1', eno2: 'em2' })[name] ?? null,
     });
@@ -190,17 +300,35 @@ describe('built: a server with a bond, VLANs, IPoIB, SATA + NVMe disks, DMI and 
       ['ib0', '24:8a:07:a1:b2:c3'],
     ]);
     const eno2 = inv.interfaces.find((i) => i.name === 'eno2')!;
-    expect(eno2).toMatchObject({ vendor: '0x8086', product: '0x1572', speed_mbps: 10000, pci_address: '0000:18:00.1', driver: 'i40e', biosdevname: 'em2' });
-    expect(inv.interfaces.find((i) => i.name === 'bond0.100')).toMatchObject({ ipv4_address: '10.0.100.17', biosdevname: null, vendor: null });
+    expect(eno2).toMatchObject({
+      vendor: '0x8086',
+      product: '0x1572',
+      speed_mbps: 10000,
+      pci_address: '0000:18:00.1',
+      driver: 'i40e',
+      biosdevname: 'em2',
+    });
+    expect(inv.interfaces.find((i) => i.name === 'bond0.100')).toMatchObject({
+      ipv4_address: '10.0.100.17',
+      biosdevname: null,
+      vendor: null,
+    });
   });
 
   it('gives the IPoIB port its Mellanox client-id', () => {
-    expect(inv.interfaces.find((i) => i.name === 'ib0')!.client_id).toBe('ff:00:00:00:00:00:02:00:00:02:c9:00:24:8a:07:03:00:a1:b2:c3');
+    expect(inv.interfaces.find((i) => i.name === 'ib0')!.client_id).toBe(
+      'ff:00:00:00:00:00:02:00:00:02:c9:00:24:8a:07:03:00:a1:b2:c3',
+    );
     expect(infinibandIds('00:11')).toBeNull();
   });
 
   it('CPU: max frequency from cpufreq, sockets from the package ids', () => {
-    expect(inv.cpu).toMatchObject({ frequency: '3200.0000', count: 4, socket_count: 2, model_name: 'Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz' });
+    expect(inv.cpu).toMatchObject({
+      frequency: '3200.0000',
+      count: 4,
+      socket_count: 2,
+      model_name: 'Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz',
+    });
   });
 
   it('memory: physical_mb sums the SMBIOS memory devices (empty slot counts 0)', () => {
@@ -213,15 +341,38 @@ describe('built: a server with a bond, VLANs, IPoIB, SATA + NVMe disks, DMI and 
 
   it('disks: SATA with hctl, by-path and WWN; NVMe with its serial from sysfs; the CD-ROM left out', () => {
     expect(inv.disks.map((d) => d.name)).toEqual(['/dev/sda', '/dev/nvme0n1']);
-    expect(inv.disks[0]).toMatchObject({ hctl: '2:0:0:0', by_path: '/dev/disk/by-path/pci-0000:00:17.0-ata-3', tran: 'sata', vendor: 'ATA', wwn: '0x5002538e40a1b2c3', rotational: false, physical_sectors: 4096 });
-    expect(inv.disks[1]).toMatchObject({ serial: 'S4EVNF0M123456', by_path: '/dev/disk/by-path/pci-0000:65:00.0-nvme-1', tran: 'nvme', hctl: null });
+    expect(inv.disks[0]).toMatchObject({
+      hctl: '2:0:0:0',
+      by_path: '/dev/disk/by-path/pci-0000:00:17.0-ata-3',
+      tran: 'sata',
+      vendor: 'ATA',
+      wwn: '0x5002538e40a1b2c3',
+      rotational: false,
+      physical_sectors: 4096,
+    });
+    expect(inv.disks[1]).toMatchObject({
+      serial: 'S4EVNF0M123456',
+      by_path: '/dev/disk/by-path/pci-0000:65:00.0-nvme-1',
+      tran: 'nvme',
+      hctl: null,
+    });
     expect(guessRootDisk(inv.disks)?.name).toBe('/dev/sda');
   });
 
   it('DMI vendor and firmware, UEFI boot, raw BOOTIF, BMC addresses and MAC', () => {
-    expect(inv.system_vendor).toEqual({ product_name: 'PowerEdge R650', serial_number: 'GX7Q2K3', manufacturer: 'Dell Inc.', firmware: { vendor: 'Dell Inc.', version: '1.9.2', build_date: '06/16/2023' } });
+    expect(inv.system_vendor).toEqual({
+      product_name: 'PowerEdge R650',
+      serial_number: 'GX7Q2K3',
+      manufacturer: 'Dell Inc.',
+      firmware: { vendor: 'Dell Inc.', version: '1.9.2', build_date: '06/16/2023' },
+    });
     expect(inv.boot).toEqual({ current_boot_mode: 'uefi', pxe_interface: '01-3c-fd-fe-00-00-01' });
-    expect(inv).toMatchObject({ bmc_address: '10.20.0.17', bmc_v6address: 'fd00:20::17', bmc_mac: 'd0:8e:79:00:11:22', hostname: 'compute-17' });
+    expect(inv).toMatchObject({
+      bmc_address: '10.20.0.17',
+      bmc_v6address: 'fd00:20::17',
+      bmc_mac: 'd0:8e:79:00:11:22',
+      hostname: 'compute-17',
+    });
     expect(ipmiCalls[0]).toEqual(['lan', 'print', '1']);
   });
 });
@@ -231,17 +382,35 @@ describe('built: a laptop (Wi-Fi without a PCI vendor file, USB devices, no BMC,
   afterAll(() => rm(dir, { recursive: true, force: true }));
   it('reads the USB devices but not the hubs, and the Wi-Fi NIC', async () => {
     dir = await buildTree({
-      'proc/cpuinfo': 'processor\t: 0\nmodel name\t: 11th Gen Intel(R) Core(TM) i7-1165G7 @ 2.80GHz\ncpu MHz\t\t: 1690.796\nflags\t\t: fpu sse4_2\n',
+      'proc/cpuinfo':
+        'processor\t: 0\nmodel name\t: 11th Gen Intel(R) Core(TM) i7-1165G7 @ 2.80GHz\ncpu MHz\t\t: 1690.796\nflags\t\t: fpu sse4_2\n',
       'proc/meminfo': 'MemTotal:       16131000 kB\n',
-      ...nic('wlp0s20f3', '0000:00:14.3', '8c:c6:81:aa:bb:cc', { driver: 'iwlwifi', vendor: '0x8086', device: '0xa0f0', speed: '-1' }),
+      ...nic('wlp0s20f3', '0000:00:14.3', '8c:c6:81:aa:bb:cc', {
+        driver: 'iwlwifi',
+        vendor: '0x8086',
+        device: '0xa0f0',
+        speed: '-1',
+      }),
       'sys/bus/usb/devices/1-0:1.0/bInterfaceClass': '09\n',
-      'sys/bus/usb/devices/usb1/busnum': '1\n', 'sys/bus/usb/devices/usb1/devnum': '1\n', 'sys/bus/usb/devices/usb1/bDeviceClass': '09\n',
-      'sys/bus/usb/devices/1-3/busnum': '1\n', 'sys/bus/usb/devices/1-3/devnum': '4\n', 'sys/bus/usb/devices/1-3/bDeviceClass': 'ef\n',
-      'sys/bus/usb/devices/1-3/product': 'Integrated_Webcam_HD\n', 'sys/bus/usb/devices/1-3/manufacturer': 'CN09GTFMLOG0089ABE2JA00\n',
+      'sys/bus/usb/devices/usb1/busnum': '1\n',
+      'sys/bus/usb/devices/usb1/devnum': '1\n',
+      'sys/bus/usb/devices/usb1/bDeviceClass': '09\n',
+      'sys/bus/usb/devices/1-3/busnum': '1\n',
+      'sys/bus/usb/devices/1-3/devnum': '4\n',
+      'sys/bus/usb/devices/1-3/bDeviceClass': 'ef\n',
+      'sys/bus/usb/devices/1-3/product': 'Integrated_Webcam_HD\n',
+      'sys/bus/usb/devices/1-3/manufacturer': 'CN09GTFMLOG0089ABE2JA00\n',
     });
     const root = new HostRoot(dir);
-    expect(await readUsbDevices(root)).toEqual([{ product: 'Integrated_Webcam_HD', vendor: 'CN09GTFMLOG0089ABE2JA00', handle: 'USB:1:4' }]);
-    const inv = await collectInventory({ root, lsblk: async () => '{"blockdevices":[]}', ipmitool: noIpmi, addresses: {} });
+    expect(await readUsbDevices(root)).toEqual([
+      { product: 'Integrated_Webcam_HD', vendor: 'CN09GTFMLOG0089ABE2JA00', handle: 'USB:1:4' },
+    ]);
+    const inv = await collectInventory({
+      root,
+      lsblk: async () => '{"blockdevices":[]}',
+      ipmitool: noIpmi,
+      addresses: {},
+    });
     expect(inv.interfaces[0]).toMatchObject({ name: 'wlp0s20f3', speed_mbps: null, driver: 'iwlwifi' });
     expect(inv.cpu).toMatchObject({ frequency: '1690.7960', socket_count: 1, architecture: '' });
     expect(inv.memory.physical_mb).toBeNull();
@@ -251,13 +420,37 @@ describe('built: a laptop (Wi-Fi without a PCI vendor file, USB devices, no BMC,
 describe('dmidecode and CPU lists', () => {
   it('groups BIOS, processors and memory devices with dmidecode labels', () => {
     const text = [
-      '# dmidecode 3.6', 'Handle 0x0000, DMI type 0, 26 bytes', 'BIOS Information', '\tVendor: SeaBIOS', '\tVersion: 1.16.3', '\tCharacteristics:', '\t\tBIOS characteristics not supported', '\t\tTargeted content distribution is supported', '',
-      'Handle 0x0400, DMI type 4, 48 bytes', 'Processor Information', '\tSocket Designation: CPU 0', '\tCore Count: 2', '',
-      'Handle 0x1000, DMI type 16, 23 bytes', 'Physical Memory Array', '\tMaximum Capacity: 2 GB', '\tNumber Of Devices: 1', '',
-      'Handle 0x1100, DMI type 17, 40 bytes', 'Memory Device', '\tSize: 2 GB', '\tLocator: DIMM 0', '',
+      '# dmidecode 3.6',
+      'Handle 0x0000, DMI type 0, 26 bytes',
+      'BIOS Information',
+      '\tVendor: SeaBIOS',
+      '\tVersion: 1.16.3',
+      '\tCharacteristics:',
+      '\t\tBIOS characteristics not supported',
+      '\t\tTargeted content distribution is supported',
+      '',
+      'Handle 0x0400, DMI type 4, 48 bytes',
+      'Processor Information',
+      '\tSocket Designation: CPU 0',
+      '\tCore Count: 2',
+      '',
+      'Handle 0x1000, DMI type 16, 23 bytes',
+      'Physical Memory Array',
+      '\tMaximum Capacity: 2 GB',
+      '\tNumber Of Devices: 1',
+      '',
+      'Handle 0x1100, DMI type 17, 40 bytes',
+      'Memory Device',
+      '\tSize: 2 GB',
+      '\tLocator: DIMM 0',
+      '',
     ].join('\n');
     expect(groupDmi(parseDmidecode(text))).toEqual({
-      bios: { Vendor: 'SeaBIOS', Version: '1.16.3', Characteristics: ['BIOS characteristics not supported', 'Targeted content distribution is supported'] },
+      bios: {
+        Vendor: 'SeaBIOS',
+        Version: '1.16.3',
+        Characteristics: ['BIOS characteristics not supported', 'Targeted content distribution is supported'],
+      },
       cpu: [{ 'Socket Designation': 'CPU 0', 'Core Count': '2' }],
       memory: { 'Maximum Capacity': '2 GB', 'Number Of Devices': 1, devices: [{ Size: '2 GB', Locator: 'DIMM 0' }] },
     });

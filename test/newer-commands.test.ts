@@ -43,7 +43,12 @@ describe('system.lockdown', () => {
     const { a, quiesced } = await agentWith();
     const r = await post(a, 'system.lockdown', {});
     expect(r.status).toBe(200);
-    expect(r.json).toMatchObject({ command_name: 'lockdown', command_status: 'SUCCEEDED', command_result: null, command_error: null });
+    expect(r.json).toMatchObject({
+      command_name: 'lockdown',
+      command_status: 'SUCCEEDED',
+      command_result: null,
+      command_error: null,
+    });
     expect(quiesced).toEqual([]);
     await expect.poll(() => quiesced).toEqual(['lockdown']);
   });
@@ -78,7 +83,7 @@ describe('rescue.finalize_rescue', () => {
     expect(quiesced).toEqual([]);
   });
 
-  it('sets the hash for a new rescue user, writes IPA\'s password file and marker, then goes quiet', async () => {
+  it("sets the hash for a new rescue user, writes IPA's password file and marker, then goes quiet", async () => {
     const root = await fakeRoot();
     const { a, quiesced } = await agentWith({ 'ina-rescue-root': root });
     const r = await post(a, 'rescue.finalize_rescue', { rescue_password: HASH, hashed: true });
@@ -86,7 +91,9 @@ describe('rescue.finalize_rescue', () => {
     expect(await readFile(join(root, 'etc', 'ipa-rescue-config', 'ipa-rescue-password'), 'utf8')).toBe(HASH);
     expect((await stat(join(root, 'etc', 'ipa-rescue-config', 'ipa-rescue-password'))).mode & 0o777).toBe(0o600);
     await stat(join(root, 'etc', '.rescued'));
-    expect(await readFile(join(root, 'etc', 'passwd'), 'utf8')).toContain('rescue:x:1001:1001:rescue:/home/rescue:/bin/sh\n');
+    expect(await readFile(join(root, 'etc', 'passwd'), 'utf8')).toContain(
+      'rescue:x:1001:1001:rescue:/home/rescue:/bin/sh\n',
+    );
     expect(await readFile(join(root, 'etc', 'group'), 'utf8')).toContain('rescue:x:1001:\n');
     const shadow = (await readFile(join(root, 'etc', 'shadow'), 'utf8')).split('\n');
     expect(shadow[0]).toBe('root:*:20000:0:99999:7:::');
@@ -112,7 +119,11 @@ describe('service.get_service_steps / execute_service_step', () => {
     const r = await post(a, 'service.get_service_steps', { node: {}, ports: [] });
     const steps = ['burnin_cpu', 'burnin_memory', 'burnin_network', 'write_image', 'inject_files'];
     expect(r.json.command_result).toEqual({
-      service_steps: { GenericHardwareManager: steps.map((step) => expect.objectContaining({ step, priority: 0, interface: 'deploy' })) },
+      service_steps: {
+        GenericHardwareManager: steps.map((step) =>
+          expect.objectContaining({ step, priority: 0, interface: 'deploy' }),
+        ),
+      },
       hardware_manager_version: { generic_hardware_manager: '1.2' },
     });
   });
@@ -121,13 +132,25 @@ describe('service.get_service_steps / execute_service_step', () => {
     const { a } = await agentWith();
     const run = (step: Record<string, unknown>, version: unknown = { generic_hardware_manager: '1.2' }) =>
       post(a, 'service.execute_service_step', { step, node: {}, ports: [], service_version: version });
-    expect((await run({ interface: 'deploy', step: 'erase_devices', args: {} })).json.command_error.type).toBe('HardwareManagerMethodNotFound');
-    expect((await run({ interface: 'deploy', step: 'inject_files', args: {} }, { generic_hardware_manager: '0.9' })).json.command_status).toBe('CLEAN_VERSION_MISMATCH');
-    const bad = await run({ interface: 'deploy', step: 'inject_files', args: { files: [{ path: 'x', content: 'eA==' }] } });
+    expect((await run({ interface: 'deploy', step: 'erase_devices', args: {} })).json.command_error.type).toBe(
+      'HardwareManagerMethodNotFound',
+    );
+    expect(
+      (await run({ interface: 'deploy', step: 'inject_files', args: {} }, { generic_hardware_manager: '0.9' })).json
+        .command_status,
+    ).toBe('CLEAN_VERSION_MISMATCH');
+    const bad = await run({
+      interface: 'deploy',
+      step: 'inject_files',
+      args: { files: [{ path: 'x', content: 'eA==' }] },
+    });
     expect(bad.json).toMatchObject({ command_status: 'FAILED', command_error: { type: 'InvalidCommandParamsError' } });
     expect(bad.json.command_error.details).toMatch(/^Validation of files failed/);
     // no files at all: nothing to do, nothing touched
     const none = await run({ interface: 'deploy', step: 'inject_files', args: { files: [] } });
-    expect(none.json).toMatchObject({ command_status: 'SUCCEEDED', command_result: { service_result: null, service_step: { step: 'inject_files' } } });
+    expect(none.json).toMatchObject({
+      command_status: 'SUCCEEDED',
+      command_result: { service_result: null, service_step: { step: 'inject_files' } },
+    });
   });
 });

@@ -7,16 +7,40 @@ import { buildConfig } from '../agent/config/config.ts';
 import { parseImageInfo } from '../agent/image/image-info.ts';
 
 const info = (stream: unknown) =>
-  parseImageInfo({ id: 'img', urls: ['http://h/img.raw'], checksum: 'a'.repeat(64), stream_raw_images: stream }, { md5Enabled: true });
+  parseImageInfo(
+    { id: 'img', urls: ['http://h/img.raw'], checksum: 'a'.repeat(64), stream_raw_images: stream },
+    { md5Enabled: true },
+  );
 const flag = (value: string) =>
-  buildConfig(new Map(), new Map([['standalone', 'true'], ['ipa-insecure', value]])).tls.insecure;
+  buildConfig(
+    new Map(),
+    new Map([
+      ['standalone', 'true'],
+      ['ipa-insecure', value],
+    ]),
+  ).tls.insecure;
 const lookup = (value: unknown) =>
-  parseLookupReply(JSON.stringify({ node: { uuid: 'u' }, config: { heartbeat_timeout: 30, agent_md5_checksum_enable: value } })).config.md5Enabled;
+  parseLookupReply(
+    JSON.stringify({ node: { uuid: 'u' }, config: { heartbeat_timeout: 30, agent_md5_checksum_enable: value } }),
+  ).config.md5Enabled;
 
 describe('booleans', () => {
   it.each([
-    [true, true], ['true', true], ['True', true], ['yes', true], ['on', true], ['1', true], ['t', true], ['y', true],
-    [false, false], ['false', false], ['no', false], ['off', false], ['0', false], ['f', false], ['N', false],
+    [true, true],
+    ['true', true],
+    ['True', true],
+    ['yes', true],
+    ['on', true],
+    ['1', true],
+    ['t', true],
+    ['y', true],
+    [false, false],
+    ['false', false],
+    ['no', false],
+    ['off', false],
+    ['0', false],
+    ['f', false],
+    ['N', false],
   ] as const)('%j reads as %s in image_info, command params, kernel parameters and the lookup reply', (word, value) => {
     expect(info(word).streamRaw).toBe(value);
     expect(optBool({ ignore_bootloader_failure: word }, 'ignore_bootloader_failure')).toBe(value);
@@ -25,7 +49,12 @@ describe('booleans', () => {
   });
 
   it.each(['maybe', 'ture', '2', 7, {}, []])('%j is refused everywhere (ignored in the lookup reply)', (word) => {
-    expect(() => info(word)).toThrow(expect.objectContaining({ name: 'InvalidCommandParamsError', details: expect.stringMatching(/stream_raw_images' must be a boolean/) }));
+    expect(() => info(word)).toThrow(
+      expect.objectContaining({
+        name: 'InvalidCommandParamsError',
+        details: expect.stringMatching(/stream_raw_images' must be a boolean/),
+      }),
+    );
     expect(() => optBool({ k: word }, 'k')).toThrow(/must be a boolean/);
     if (typeof word === 'string') expect(() => flag(word)).toThrow(/expected a boolean/);
     expect(lookup(word)).toBeUndefined();

@@ -23,7 +23,13 @@ describe('ProgressMeter', () => {
     m.start('download', 100 * MiB);
     vi.advanceTimersByTime(2000);
     m.add(40 * MiB);
-    expect(reports.at(-1)).toEqual({ phase: 'download', bytes_done: 40 * MiB, bytes_total: 100 * MiB, rate_bps: 20 * MiB, eta_s: 3 });
+    expect(reports.at(-1)).toEqual({
+      phase: 'download',
+      bytes_done: 40 * MiB,
+      bytes_total: 100 * MiB,
+      rate_bps: 20 * MiB,
+      eta_s: 3,
+    });
   });
 
   it('logs when each phase starts, how long it took when the next starts, and the last one on finish, once', () => {
@@ -33,7 +39,12 @@ describe('ProgressMeter', () => {
     m.add(64 * MiB);
     m.start('convert', 128 * MiB, { device: '/dev/loop9' });
     expect(ended()).toEqual([
-      expect.objectContaining({ phase: 'download', phase_s: 2, bytes_done: 64 * MiB, msg: 'image download took 2 s (64.0 MiB at 32.0 MiB/s)' }),
+      expect.objectContaining({
+        phase: 'download',
+        phase_s: 2,
+        bytes_done: 64 * MiB,
+        msg: 'image download took 2 s (64.0 MiB at 32.0 MiB/s)',
+      }),
     ]);
     vi.advanceTimersByTime(500);
     m.finish();
@@ -46,7 +57,13 @@ describe('ProgressMeter', () => {
     ]);
     expect(ended()).toHaveLength(2);
     expect(ended()[1]).toEqual(
-      expect.objectContaining({ phase: 'convert', device: '/dev/loop9', phase_s: 0.5, bytes_done: 0, msg: 'image convert took 0.5 s' }),
+      expect.objectContaining({
+        phase: 'convert',
+        device: '/dev/loop9',
+        phase_s: 0.5,
+        bytes_done: 0,
+        msg: 'image convert took 0.5 s',
+      }),
     );
   });
 
@@ -66,7 +83,13 @@ describe('ProgressMeter', () => {
     vi.advanceTimersByTime(1000);
     m.add(10 * MiB);
     vi.advanceTimersByTime(9000);
-    expect(reports.at(-1)).toEqual({ phase: 'download', bytes_done: 10 * MiB, bytes_total: 100 * MiB, rate_bps: 1 * MiB, eta_s: 90 });
+    expect(reports.at(-1)).toEqual({
+      phase: 'download',
+      bytes_done: 10 * MiB,
+      bytes_total: 100 * MiB,
+      rate_bps: 1 * MiB,
+      eta_s: 90,
+    });
     expect(records().map((r) => r.msg)).toContain('image download: 10.0 MiB of 100.0 MiB at 1.0 MiB/s, eta 90 s');
     m.add(10 * MiB);
     expect(reports.at(-1)).toMatchObject({ bytes_done: 20 * MiB });

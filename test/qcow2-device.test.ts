@@ -33,8 +33,19 @@ const specs: Spec[] = [
   { name: 'c512', virtualSize: odd, options: 'cluster_size=512', writes },
   { name: 'c64k', virtualSize: odd, options: 'cluster_size=65536', writes },
   { name: 'c2m-extl2', virtualSize: odd, options: 'cluster_size=2097152,extended_l2=on', writes },
-  { name: 'zstd', virtualSize: 0, options: 'compression_type=zstd', convert: { raw: content(5 * MiB + 512, 3), compress: true } },
-  { name: 'resized', virtualSize: 4 * MiB, options: 'cluster_size=4096', writes: [{ offset: 1 * MiB, length: 1 * MiB }], resizeTo: odd },
+  {
+    name: 'zstd',
+    virtualSize: 0,
+    options: 'compression_type=zstd',
+    convert: { raw: content(5 * MiB + 512, 3), compress: true },
+  },
+  {
+    name: 'resized',
+    virtualSize: 4 * MiB,
+    options: 'cluster_size=4096',
+    writes: [{ offset: 1 * MiB, length: 1 * MiB }],
+    resizeTo: odd,
+  },
 ];
 
 async function paintAll(path: string, size: number): Promise<void> {
@@ -53,25 +64,35 @@ async function streamOnto(spec: Spec, sectorSize: number, log = pino({ level: 's
   const file = await buildImage(dir, { ...spec, name: `${spec.name}-${sectorSize}` });
   const image = await readFile(file);
   const reference = await referenceRaw(file, dir);
-  await withLoops([DEVICE], async ([dev]) => {
-    await paintAll(dev!.path, DEVICE);
-    const target = new DeviceTarget({ path: dev!.path, size: DEVICE, logicalSectorSize: sectorSize }, new DeviceGuard([dev!.path]), log);
-    const sink = await Qcow2Sink.open('none', target, 'qcow2', config.image);
-    try {
-      await sink.checkHead(image.subarray(0, sink.headBytes), { totalBytes: image.length, compression: 'none' });
-      await sink.write((async function* () {
-        for (let at = 0; at < image.length; at += 100 * KiB + 7) yield image.subarray(at, at + 100 * KiB + 7);
-      })());
-      const result = await sink.finish();
-      expect(result.bytes).toBe(reference.length);
-    } finally {
-      await sink.release();
-    }
-    expect((await readDevice(dev!.path, 0, reference.length)).equals(reference)).toBe(true);
-    // Between the image's end and the last MiB (which clearing the signatures zeroes), the paint is intact.
-    const beyond = await readDevice(dev!.path, reference.length, DEVICE - MiB);
-    expect(beyond.equals(Buffer.alloc(beyond.length, 0x5c))).toBe(true);
-  }, { sectorSize });
+  await withLoops(
+    [DEVICE],
+    async ([dev]) => {
+      await paintAll(dev!.path, DEVICE);
+      const target = new DeviceTarget(
+        { path: dev!.path, size: DEVICE, logicalSectorSize: sectorSize },
+        new DeviceGuard([dev!.path]),
+        log,
+      );
+      const sink = await Qcow2Sink.open('none', target, 'qcow2', config.image);
+      try {
+        await sink.checkHead(image.subarray(0, sink.headBytes), { totalBytes: image.length, compression: 'none' });
+        await sink.write(
+          (async function* () {
+            for (let at = 0; at < image.length; at += 100 * KiB + 7) yield image.subarray(at, at + 100 * KiB + 7);
+          })(),
+        );
+        const result = await sink.finish();
+        expect(result.bytes).toBe(reference.length);
+      } finally {
+        await sink.release();
+      }
+      expect((await readDevice(dev!.path, 0, reference.length)).equals(reference)).toBe(true);
+      // Between the image's end and the last MiB (which clearing the signatures zeroes), the paint is intact.
+      const beyond = await readDevice(dev!.path, reference.length, DEVICE - MiB);
+      expect(beyond.equals(Buffer.alloc(beyond.length, 0x5c))).toBe(true);
+    },
+    { sectorSize },
+  );
 }
 
 describe.each([512, 4096])('streamed qcow2 onto a %i-byte-sector loop device', (sectorSize) => {
@@ -82,7 +103,11 @@ describe('a device that will not zero a range itself (blkdiscard fails)', () => 
   it('gets the zeros written instead, the same bytes, with a warning', async () => {
     const bin = join(dir, 'failing-bin');
     await mkdir(bin, { recursive: true });
-    await writeFile(join(bin, 'blkdiscard'), '#!/bin/sh\necho "BLKZEROOUT ioctl failed: Operation not supported" >&2\nexit 1\n', { mode: 0o755 });
+    await writeFile(
+      join(bin, 'blkdiscard'),
+      '#!/bin/sh\necho "BLKZEROOUT ioctl failed: Operation not supported" >&2\nexit 1\n',
+      { mode: 0o755 },
+    );
     const path = process.env.PATH;
     process.env.PATH = `${bin}:${path}`;
     const ring = new LogRing();
@@ -91,6 +116,8 @@ describe('a device that will not zero a range itself (blkdiscard fails)', () => 
     } finally {
       process.env.PATH = path;
     }
-    expect(ring.tail().filter((l) => l.includes('the device would not zero a range itself; writing the zeros instead'))).toHaveLength(1);
+    expect(
+      ring.tail().filter((l) => l.includes('the device would not zero a range itself; writing the zeros instead')),
+    ).toHaveLength(1);
   });
 });

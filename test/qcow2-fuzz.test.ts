@@ -35,7 +35,12 @@ const bases: Spec[] = [
   { name: 'c512', virtualSize: 1 * MiB, options: 'cluster_size=512', writes },
   { name: 'c64k', virtualSize: 1 * MiB, writes },
   { name: 'zlib', virtualSize: 0, options: 'cluster_size=4096', convert: { raw: content(1 * MiB, 4), compress: true } },
-  { name: 'zstd-extl2', virtualSize: 1 * MiB, options: 'cluster_size=16384,extended_l2=on,compression_type=zstd', writes: [...writes, { offset: 256 * KiB, length: 64 * KiB, compressed: true }] },
+  {
+    name: 'zstd-extl2',
+    virtualSize: 1 * MiB,
+    options: 'cluster_size=16384,extended_l2=on,compression_type=zstd',
+    writes: [...writes, { offset: 256 * KiB, length: 64 * KiB, compressed: true }],
+  },
 ];
 
 /** Byte ranges worth mutating: the header, the L1 table and the L2 tables it names. */
@@ -43,7 +48,10 @@ function tableRanges(image: Buffer): [number, number][] {
   const clusterSize = 2 ** image.readUInt32BE(20);
   const l1 = Number(image.readBigUInt64BE(40));
   const l1Size = image.readUInt32BE(36);
-  const ranges: [number, number][] = [[0, 112], [l1, l1 + l1Size * 8]];
+  const ranges: [number, number][] = [
+    [0, 112],
+    [l1, l1 + l1Size * 8],
+  ];
   for (let i = 0; i < l1Size; i++) {
     const l2 = Number(image.readBigUInt64BE(l1 + i * 8) & 0x00fffffffffffe00n);
     if (l2 > 0) ranges.push([l2, l2 + clusterSize]);
@@ -71,10 +79,16 @@ function mutate(image: Buffer, ranges: [number, number][], r: () => number): Buf
   return out;
 }
 
-/** qemu-img's reading of `files`, one after another (convert takes several sources): raw bytes, or null if it refuses one. */
+/**
+ * qemu-img's reading of `files`, one after another (convert takes several sources): raw bytes, or null if it refuses
+ * one.
+ */
 async function qemuReads(files: string[]): Promise<Buffer | null> {
   const raw = `${files[0]}.raw`;
-  const q = await execa('qemu-img', ['convert', '-t', 'unsafe', '-f', 'qcow2', '-O', 'raw', ...files, raw], { reject: false, timeout: 60_000 });
+  const q = await execa('qemu-img', ['convert', '-t', 'unsafe', '-f', 'qcow2', '-O', 'raw', ...files, raw], {
+    reject: false,
+    timeout: 60_000,
+  });
   const bytes = q.exitCode === 0 ? await readFile(raw) : null;
   await rm(raw, { force: true });
   return bytes;
@@ -132,7 +146,9 @@ describe('qcow2 reader fuzz (fixed seed)', () => {
     }
     // Accepted by the reader: qemu-img must read the same file, and to the same bytes.
     expect(await disagreements([...accepted.values()])).toEqual([]);
-    console.log(`${spec.name}: ${CASES_PER_IMAGE} cases, ${refused} refused, ${accepted.size} distinct accepted ones matched qemu-img`);
+    console.log(
+      `${spec.name}: ${CASES_PER_IMAGE} cases, ${refused} refused, ${accepted.size} distinct accepted ones matched qemu-img`,
+    );
     expect(refused).toBeLessThan(CASES_PER_IMAGE);
   });
 });

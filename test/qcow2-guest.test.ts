@@ -39,7 +39,14 @@ it.each([
   expect((await readFile(file)).length).toBeLessThan(raw.length);
   const guest = await openQcow2Guest(file, (await readFile(file)).length);
   try {
-    for (const [offset, length] of [[0, 65536], [MiB - 100, 200], [2 * MiB, 4096], [3 * MiB + 7, 70000], [5 * MiB, MiB], [0, 6 * MiB]] as const) {
+    for (const [offset, length] of [
+      [0, 65536],
+      [MiB - 100, 200],
+      [2 * MiB, 4096],
+      [3 * MiB + 7, 70000],
+      [5 * MiB, MiB],
+      [0, 6 * MiB],
+    ] as const) {
       const got = await guest.read(offset, length);
       expect(got?.equals(raw.subarray(offset, offset + length)), `${offset}+${length}`).toBe(true);
     }

@@ -41,14 +41,25 @@ afterAll(async () => {
   await work.cleanup();
 });
 
-async function deploy(image: Buffer, flags: Record<string, string> = {}, log?: LogRing, name = `${Math.random().toString(16).slice(2)}.qcow2`) {
+async function deploy(
+  image: Buffer,
+  flags: Record<string, string> = {},
+  log?: LogRing,
+  name = `${Math.random().toString(16).slice(2)}.qcow2`,
+) {
   const file = join(work.dir, name);
   await writeFile(file, image);
   const url = await server.serveFile(name, file);
   const agent = await startImageAgent(loop.path, flags, log && pino({ base: null }, log));
   try {
     return await runToEnd(agent.url, 'standby.prepare_image', {
-      image_info: { id: name, urls: [url], disk_format: 'qcow2', os_hash_algo: 'sha256', os_hash_value: createHash('sha256').update(image).digest('hex') },
+      image_info: {
+        id: name,
+        urls: [url],
+        disk_format: 'qcow2',
+        os_hash_algo: 'sha256',
+        os_hash_value: createHash('sha256').update(image).digest('hex'),
+      },
     });
   } finally {
     await agent.close();
@@ -73,12 +84,42 @@ function dataEntries(b: Buffer): number[] {
 
 describe('refused before the device is touched (the header shows it)', () => {
   const cases: [string, () => Buffer, string, RegExp][] = [
-    ['its L1 table over the header', () => patched((b) => b.writeBigUInt64BE(0n, field.l1Offset)), 'InvalidImage', /L1 table offset 0 is not a cluster boundary after the header/],
-    ['its L1 table over the refcount table', () => patched((b) => b.writeBigUInt64BE(b.readBigUInt64BE(field.reftableOffset), field.l1Offset)), 'InvalidImage', /the L1 table and the refcount table overlap/],
-    ['an L1 table that would exhaust memory', () => patched((b) => b.writeUInt32BE(0x4000000, field.l1Size)), 'InvalidImage', /L1 table \(67108864 entries\) is larger than qemu allows/],
-    ['a virtual size larger than the disk', () => patched((b) => b.writeBigUInt64BE(1n << 40n, field.size)), 'ImageWriteError', /virtual size \(1099511627776 bytes\) is larger than/],
-    ['a virtual size its L1 table cannot map', () => patched((b) => b.writeUInt32BE(0, field.l1Size)), 'InvalidImage', /L1 table \(0 entries\) cannot map the \d+ bytes its header states/],
-    ['a declared length shorter than its tables need', () => patched((b) => b.writeBigUInt64BE(BigInt(Math.ceil((b.length + MiB) / 65536) * 65536), field.l1Offset)), 'InvalidImage', /tables end at byte \d+, beyond its declared length/],
+    [
+      'its L1 table over the header',
+      () => patched((b) => b.writeBigUInt64BE(0n, field.l1Offset)),
+      'InvalidImage',
+      /L1 table offset 0 is not a cluster boundary after the header/,
+    ],
+    [
+      'its L1 table over the refcount table',
+      () => patched((b) => b.writeBigUInt64BE(b.readBigUInt64BE(field.reftableOffset), field.l1Offset)),
+      'InvalidImage',
+      /the L1 table and the refcount table overlap/,
+    ],
+    [
+      'an L1 table that would exhaust memory',
+      () => patched((b) => b.writeUInt32BE(0x4000000, field.l1Size)),
+      'InvalidImage',
+      /L1 table \(67108864 entries\) is larger than qemu allows/,
+    ],
+    [
+      'a virtual size larger than the disk',
+      () => patched((b) => b.writeBigUInt64BE(1n << 40n, field.size)),
+      'ImageWriteError',
+      /virtual size \(1099511627776 bytes\) is larger than/,
+    ],
+    [
+      'a virtual size its L1 table cannot map',
+      () => patched((b) => b.writeUInt32BE(0, field.l1Size)),
+      'InvalidImage',
+      /L1 table \(0 entries\) cannot map the \d+ bytes its header states/,
+    ],
+    [
+      'a declared length shorter than its tables need',
+      () => patched((b) => b.writeBigUInt64BE(BigInt(Math.ceil((b.length + MiB) / 65536) * 65536), field.l1Offset)),
+      'InvalidImage',
+      /tables end at byte \d+, beyond its declared length/,
+    ],
   ];
   it.each(cases)('%s', async (_name, make, type, details) => {
     const r = await deploy(make());
@@ -108,12 +149,17 @@ describe('failed, and the disk left without a label (only later bytes show it)',
   });
 
   it('an L2 entry pointing into the L1 table', async () => {
-    const image = patched((b) => b.writeBigUInt64BE(BigInt(l1Offset(b)) | (1n << 63n), l2Offset(b) + dataEntries(b)[1]! * 8));
+    const image = patched((b) =>
+      b.writeBigUInt64BE(BigInt(l1Offset(b)) | (1n << 63n), l2Offset(b) + dataEntries(b)[1]! * 8),
+    );
     await expectFailedAndCleared(await deploy(image), /lies over the L1 table/);
   });
 
   it('a truncated file (the server declares the short length: its table maps clusters beyond it)', async () => {
-    await expectFailedAndCleared(await deploy(base.subarray(0, Math.floor(base.length * 0.7))), /lies beyond its declared length of \d+ bytes/);
+    await expectFailedAndCleared(
+      await deploy(base.subarray(0, Math.floor(base.length * 0.7))),
+      /lies beyond its declared length of \d+ bytes/,
+    );
   });
 
   it('a truncated file inside gzip (no declared length)', async () => {
@@ -126,20 +172,23 @@ describe('failed, and the disk left without a label (only later bytes show it)',
   it('a compressed cluster that inflates beyond one cluster', async () => {
     const file = join(work.dir, 'compressed.qcow2');
     await execa('qemu-img', ['convert', '-q', '-c', '-f', 'raw', '-O', 'qcow2', disk.path, file]);
-    const image = patched((b) => {
-      const l2 = l2Offset(b);
-      for (let i = 8; i < 8192; i++) {
-        const e = b.readBigUInt64BE(l2 + i * 8);
-        if (!(e & (1n << 62n))) continue;
-        const host = Number(e & ((1n << 54n) - 1n));
-        const bomb = deflateRawSync(Buffer.alloc(4 * 65536, 0x61));
-        const room = Number((e >> 54n) & 0xffn) * 512 + 512 - (host % 512);
-        if (bomb.length > room) continue;
-        bomb.copy(b, host);
-        return;
-      }
-      throw new Error('no compressed cluster with room for the bomb');
-    }, await readFile(file));
+    const image = patched(
+      (b) => {
+        const l2 = l2Offset(b);
+        for (let i = 8; i < 8192; i++) {
+          const e = b.readBigUInt64BE(l2 + i * 8);
+          if (!(e & (1n << 62n))) continue;
+          const host = Number(e & ((1n << 54n) - 1n));
+          const bomb = deflateRawSync(Buffer.alloc(4 * 65536, 0x61));
+          const room = Number((e >> 54n) & 0xffn) * 512 + 512 - (host % 512);
+          if (bomb.length > room) continue;
+          bomb.copy(b, host);
+          return;
+        }
+        throw new Error('no compressed cluster with room for the bomb');
+      },
+      await readFile(file),
+    );
     await expectFailedAndCleared(await deploy(image), /inflates beyond one cluster/);
   });
 });
@@ -160,8 +209,12 @@ describe('what the reader cannot take goes the buffered route', () => {
     const ref = await readFile(reference);
     expect((await readDevice(loop.path, 0, ref.length)).equals(ref)).toBe(true);
     const lines = log.tail().map((l) => JSON.parse(l) as Record<string, unknown>);
-    expect(lines.find((l) => l.msg === 'the image cannot be streamed; downloading it again into the buffer')?.reason).toMatch(/internal snapshots/);
-    expect(lines.find((l) => l.phase === 'convert' && typeof l.fallback === 'string')?.fallback).toMatch(/internal snapshots/);
+    expect(
+      lines.find((l) => l.msg === 'the image cannot be streamed; downloading it again into the buffer')?.reason,
+    ).toMatch(/internal snapshots/);
+    expect(lines.find((l) => l.phase === 'convert' && typeof l.fallback === 'string')?.fallback).toMatch(
+      /internal snapshots/,
+    );
   });
 
   it('is deployed by the buffered path instead, which the log and the progress say', async () => {
@@ -185,9 +238,13 @@ describe('what the reader cannot take goes the buffered route', () => {
     const ref = await readFile(reference);
     expect((await readDevice(loop.path, 0, ref.length)).equals(ref)).toBe(true);
     const lines = log.tail().map((l) => JSON.parse(l) as Record<string, unknown>);
-    expect(lines.some((l) => l.msg === 'the image cannot be streamed; downloading it again into the buffer')).toBe(true);
+    expect(lines.some((l) => l.msg === 'the image cannot be streamed; downloading it again into the buffer')).toBe(
+      true,
+    );
     const download = lines.find((l) => l.phase === 'download' && typeof l.fallback === 'string');
-    expect(download?.fallback).toMatch(/more data before its tables than the streaming spool may hold \(1048576 bytes\)/);
+    expect(download?.fallback).toMatch(
+      /more data before its tables than the streaming spool may hold \(1048576 bytes\)/,
+    );
     // With the default spool, the same image streams.
     const streamed = new LogRing();
     expect((await deploy(image, {}, streamed)).command_status).toBe('SUCCEEDED');

@@ -29,24 +29,78 @@ const scattered = (cluster: number) => [
 
 const specs: Spec[] = [];
 for (const cluster of [512, 4 * KiB, 64 * KiB, 2 * MiB]) {
-  specs.push({ name: `convert-${cluster}`, virtualSize: 0, options: `cluster_size=${cluster}`, convert: { raw: halfData(6 * MiB + 3 * 512, cluster) } });
-  specs.push({ name: `scattered-${cluster}`, virtualSize: 16 * MiB + 1536, options: `cluster_size=${cluster}`, writes: scattered(cluster) });
-  specs.push({ name: `zlib-${cluster}`, virtualSize: 0, options: `cluster_size=${cluster}`, convert: { raw: halfData(3 * MiB, cluster + 1), compress: true } });
-  specs.push({ name: `zstd-${cluster}`, virtualSize: 0, options: `cluster_size=${cluster},compression_type=zstd`, convert: { raw: halfData(3 * MiB, cluster + 2), compress: true } });
-  specs.push({ name: `resized-${cluster}`, virtualSize: 4 * MiB, options: `cluster_size=${cluster}`, writes: scattered(cluster).filter((w) => w.offset < 4 * MiB), resizeTo: 40 * MiB });
+  specs.push({
+    name: `convert-${cluster}`,
+    virtualSize: 0,
+    options: `cluster_size=${cluster}`,
+    convert: { raw: halfData(6 * MiB + 3 * 512, cluster) },
+  });
+  specs.push({
+    name: `scattered-${cluster}`,
+    virtualSize: 16 * MiB + 1536,
+    options: `cluster_size=${cluster}`,
+    writes: scattered(cluster),
+  });
+  specs.push({
+    name: `zlib-${cluster}`,
+    virtualSize: 0,
+    options: `cluster_size=${cluster}`,
+    convert: { raw: halfData(3 * MiB, cluster + 1), compress: true },
+  });
+  specs.push({
+    name: `zstd-${cluster}`,
+    virtualSize: 0,
+    options: `cluster_size=${cluster},compression_type=zstd`,
+    convert: { raw: halfData(3 * MiB, cluster + 2), compress: true },
+  });
+  specs.push({
+    name: `resized-${cluster}`,
+    virtualSize: 4 * MiB,
+    options: `cluster_size=${cluster}`,
+    writes: scattered(cluster).filter((w) => w.offset < 4 * MiB),
+    resizeTo: 40 * MiB,
+  });
 }
 for (const cluster of [16 * KiB, 64 * KiB, 2 * MiB]) {
-  specs.push({ name: `extl2-${cluster}`, virtualSize: 16 * MiB + 1536, options: `cluster_size=${cluster},extended_l2=on`, writes: scattered(cluster) });
-  specs.push({ name: `extl2-zstd-${cluster}`, virtualSize: 0, options: `cluster_size=${cluster},extended_l2=on,compression_type=zstd`, convert: { raw: halfData(3 * MiB, 5), compress: true } });
+  specs.push({
+    name: `extl2-${cluster}`,
+    virtualSize: 16 * MiB + 1536,
+    options: `cluster_size=${cluster},extended_l2=on`,
+    writes: scattered(cluster),
+  });
+  specs.push({
+    name: `extl2-zstd-${cluster}`,
+    virtualSize: 0,
+    options: `cluster_size=${cluster},extended_l2=on,compression_type=zstd`,
+    convert: { raw: halfData(3 * MiB, 5), compress: true },
+  });
 }
 specs.push({ name: 'lazy', virtualSize: 16 * MiB, options: 'lazy_refcounts=on', writes: scattered(64 * KiB) });
 for (const prealloc of ['metadata', 'falloc', 'full']) {
-  specs.push({ name: `prealloc-${prealloc}`, virtualSize: 8 * MiB + 512, options: `preallocation=${prealloc}`, writes: scattered(64 * KiB).filter((w) => w.offset < 8 * MiB) });
+  specs.push({
+    name: `prealloc-${prealloc}`,
+    virtualSize: 8 * MiB + 512,
+    options: `preallocation=${prealloc}`,
+    writes: scattered(64 * KiB).filter((w) => w.offset < 8 * MiB),
+  });
 }
-specs.push({ name: 'compressed-writes', virtualSize: 16 * MiB, writes: [{ offset: 5 * MiB, length: 256 * KiB, compressed: true }, { offset: 64 * KiB, length: 128 * KiB, compressed: true }, { offset: 9 * MiB, length: 64 * KiB }] });
+specs.push({
+  name: 'compressed-writes',
+  virtualSize: 16 * MiB,
+  writes: [
+    { offset: 5 * MiB, length: 256 * KiB, compressed: true },
+    { offset: 64 * KiB, length: 128 * KiB, compressed: true },
+    { offset: 9 * MiB, length: 64 * KiB },
+  ],
+});
 specs.push({ name: 'empty', virtualSize: 5 * MiB });
 specs.push({ name: 'dense', virtualSize: 0, convert: { raw: content(4 * MiB, 9) } });
-specs.push({ name: 'v2', virtualSize: 8 * MiB, options: 'compat=0.10', writes: scattered(64 * KiB).filter((w) => w.offset < 8 * MiB) });
+specs.push({
+  name: 'v2',
+  virtualSize: 8 * MiB,
+  options: 'compat=0.10',
+  writes: scattered(64 * KiB).filter((w) => w.offset < 8 * MiB),
+});
 
 describe('streaming qcow2 reader vs qemu-img convert -O raw', () => {
   it.each(specs.map((s) => [s.name, s] as const))('%s', async (_name, spec) => {

@@ -33,10 +33,16 @@ describe('JSON nesting', () => {
     ]) {
       const r = await call(`${a.url}/v1/commands/`, { method: 'POST', body });
       expect(r.status).toBe(400);
-      expect(r.json).toEqual({ faultcode: 'Client', faultstring: '400 Bad Request: Failed to decode JSON object: nesting deeper than 64 levels' });
+      expect(r.json).toEqual({
+        faultcode: 'Client',
+        faultstring: '400 Bad Request: Failed to decode JSON object: nesting deeper than 64 levels',
+      });
     }
     // Brackets inside strings do not count; 64 levels is still a body (refused by the command's own rules).
-    const ok = await call(`${a.url}/v1/commands/`, { method: 'POST', body: `{"name": "clean.execute_clean_step", "params": {"step": ${nested(60, '"[[[[{{{{"')}}}` });
+    const ok = await call(`${a.url}/v1/commands/`, {
+      method: 'POST',
+      body: `{"name": "clean.execute_clean_step", "params": {"step": ${nested(60, '"[[[[{{{{"')}}}`,
+    });
     expect(ok.status).toBe(400);
     expect(ok.json.faultstring).not.toMatch(/nesting/);
     expect((await call(`${a.url}/v1/commands/`)).status).toBe(200);

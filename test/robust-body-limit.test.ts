@@ -36,7 +36,10 @@ async function resetPeak(pid: number): Promise<void> {
   await writeFile(`/proc/${pid}/clear_refs`, '5');
 }
 
-/** POSTs `size` bytes of a JSON body (declared, or chunked); resolves with the status, or 'reset' if the agent hung up first. */
+/**
+ * POSTs `size` bytes of a JSON body (declared, or chunked); resolves with the status, or 'reset' if the agent hung up
+ * first.
+ */
 function post(url: string, size: number, chunked = false): Promise<number | 'reset'> {
   const head = '{"name": "nope.nope", "params": {"pad": "';
   const tail = '"}}';
@@ -50,7 +53,9 @@ function post(url: string, size: number, chunked = false): Promise<number | 'res
       res.resume();
       res.on('end', () => resolve(res.statusCode!));
     });
-    req.on('error', (err: NodeJS.ErrnoException) => (['ECONNRESET', 'EPIPE'].includes(err.code ?? '') ? resolve('reset') : reject(err)));
+    req.on('error', (err: NodeJS.ErrnoException) =>
+      ['ECONNRESET', 'EPIPE'].includes(err.code ?? '') ? resolve('reset') : reject(err),
+    );
     let left = size - head.length - tail.length;
     req.write(head);
     const pump = () => {
@@ -87,7 +92,9 @@ describe('request body limits', { timeout: 180_000 }, () => {
     const results = await Promise.all(Array.from({ length: 8 }, () => post(agent.url, 32 * MiB)));
     expect(results).toEqual(Array(8).fill(404));
     const after = await memory(agent.pid);
-    console.log(`peak RSS growth for eight concurrent 32 MiB bodies: ${((after.peak - before.rss) / MiB).toFixed(0)} MiB`);
+    console.log(
+      `peak RSS growth for eight concurrent 32 MiB bodies: ${((after.peak - before.rss) / MiB).toFixed(0)} MiB`,
+    );
     // Read all at once, each costs about three times its size (bytes, text, parsed string): more than their sum.
     expect(after.peak - before.rss).toBeLessThan(8 * 32 * MiB);
     expect(await post(agent.url, 1000)).toBe(404);

@@ -44,7 +44,9 @@ it('deletes buffers of dead processes and unused ones of its own; keeps live one
 
   const removed = await cleanStaleBuffers(dir, nullLogger);
   expect(removed.map((p) => basename(p)).sort()).toEqual([names.dead, names.reused, basename(mineLeaked)].sort());
-  expect((await readdir(dir)).sort()).toEqual([names.liveOther, names.unrelated, names.legacy, basename(mineInUse)].sort());
+  expect((await readdir(dir)).sort()).toEqual(
+    [names.liveOther, names.unrelated, names.legacy, basename(mineInUse)].sort(),
+  );
   await discardBuffer(mineInUse);
   expect(await readdir(dir)).not.toContain(basename(mineInUse));
 });
@@ -64,13 +66,19 @@ it('a buffered deploy (at the least convert memory limit) first deletes what a d
   try {
     const qcow2 = await toQcow2((await makeDiskImage(work.dir, { sizeMiB: 6 })).path);
     const url = await images.serveFile('b.qcow2', qcow2);
-    const digest = createHash('sha256').update(await readFile(qcow2)).digest('hex');
+    const digest = createHash('sha256')
+      .update(await readFile(qcow2))
+      .digest('hex');
     const dead = spawnSync('true').pid!;
     const leftover = join(dir, `ina-image-${dead}.${await startTimeOf(process.pid)}-old-00000000`);
     await writeFile(leftover, Buffer.alloc(MiB));
     await withLoops([16 * MiB], async ([loop]) => {
       // The buffered route (qcow2 streaming off), at the least convert memory limit the configuration accepts.
-      const a = await startImageAgent(loop!.path, { 'ipa-image-buffer-dir': dir, 'ipa-image-convert-memory-limit': '384', 'ina-qcow2-stream-spool': '0' });
+      const a = await startImageAgent(loop!.path, {
+        'ipa-image-buffer-dir': dir,
+        'ipa-image-convert-memory-limit': '384',
+        'ina-qcow2-stream-spool': '0',
+      });
       try {
         const r = await runToEnd(a.url, 'standby.prepare_image', {
           image_info: { id: 'b', urls: [url], os_hash_algo: 'sha256', os_hash_value: digest, disk_format: 'qcow2' },

@@ -68,7 +68,12 @@ class DripServer {
 
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const info = (id: string, url: string, data: Buffer) => ({
-  id, urls: [url], os_hash_algo: 'sha256', os_hash_value: sha256(data), disk_format: 'raw', stream_raw_images: true,
+  id,
+  urls: [url],
+  os_hash_algo: 'sha256',
+  os_hash_value: sha256(data),
+  disk_format: 'raw',
+  stream_raw_images: true,
 });
 
 async function until(check: () => boolean | Promise<boolean>, what: string, ms = 20_000): Promise<void> {
@@ -90,7 +95,10 @@ const cleanups: (() => Promise<void>)[] = [];
 
 beforeAll(async () => {
   work = await workDir();
-  slowImage = Buffer.concat([await readFile((await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 6, name: 'slow' })).path), randomBytes(4 * MiB)]);
+  slowImage = Buffer.concat([
+    await readFile((await makeDiskImage(work.dir, { table: 'gpt', sizeMiB: 6, name: 'slow' })).path),
+    randomBytes(4 * MiB),
+  ]);
   fastImage = await readFile((await makeDiskImage(work.dir, { table: 'mbr', sizeMiB: 8, name: 'fast' })).path);
   images = await startImageServer();
   loop = await attachLoop(16 * MiB);
@@ -156,7 +164,12 @@ describe('a forgotten command is cancelled', () => {
     // What a conductor does at the end of a deployment; the power action fires 1 s later, and meanwhile
     // a deploy POSTed just after it starts writing the disk.
     expect((await runCommand(a.url, 'standby.power_off', {}, true)).json.command_status).toBe('SUCCEEDED');
-    const slow = await runCommand(a.url, 'standby.prepare_image', { image_info: info('slow', drip.url, slowImage) }, false);
+    const slow = await runCommand(
+      a.url,
+      'standby.prepare_image',
+      { image_info: info('slow', drip.url, slowImage) },
+      false,
+    );
     expect(slow.json.command_status).toBe('RUNNING');
     await until(() => a.agent.executor.list().length === 0, 'the simulated power-off');
     // Busy until the forgotten deploy is gone; then the next one is accepted and owns the disk.
@@ -175,7 +188,10 @@ describe('a forgotten command is cancelled', () => {
   it.skipIf(macs.length === 0)('linked: the conductor rejecting the token mid-deploy cancels the deploy', async () => {
     const drip = await DripServer.start(slowImage);
     cleanups.push(() => drip.close());
-    const fake = await FakeConductor.start({ nodes: [{ macs, properties: { root_device: { name: loop.path } } }], heartbeatTimeout: 1 });
+    const fake = await FakeConductor.start({
+      nodes: [{ macs, properties: { root_device: { name: loop.path } } }],
+      heartbeatTimeout: 1,
+    });
     cleanups.push(() => fake.close());
     const [node] = [...fake.nodes.values()];
     const config = linkedConfig(fake.url, {
@@ -196,12 +212,19 @@ describe('a forgotten command is cancelled', () => {
     await until(() => drip.sent >= 2 * MiB, 'the slow deploy to be writing');
 
     fake.powerAction(node!.uuid);
-    await fake.waitFor(() => node!.internal.agent_url !== undefined && fake.lookups.length === 2, 'the new lookup and heartbeat');
+    await fake.waitFor(
+      () => node!.internal.agent_url !== undefined && fake.lookups.length === 2,
+      'the new lookup and heartbeat',
+    );
     const fresh = fake.clientFor(node!.uuid);
     cleanups.push(() => fresh.close());
     expect(await fresh.commands()).toEqual([]);
     const fastUrl = images.serve('fast-linked.img', fastImage);
-    const r = await fresh.command('standby.prepare_image', { image_info: info('fast', fastUrl, fastImage) }, { wait: true });
+    const r = await fresh.command(
+      'standby.prepare_image',
+      { image_info: info('fast', fastUrl, fastImage) },
+      { wait: true },
+    );
     expect(r.command_status, JSON.stringify(r.command_error)).toBe('SUCCEEDED');
     await expectOnlyFastImage(drip);
   });

@@ -28,10 +28,21 @@ afterAll(async () => {
   await work?.cleanup();
 });
 
-/** Deploys `file` with the config drive onto a fresh painted loop device of `diskBytes`; returns the result and whether the disk is untouched. */
-async function deploy(file: string, diskBytes: number, info: Record<string, unknown>, configdrive = drive, flags: Record<string, string> = BUFFERED): Promise<{ r: CommandJson; untouched: boolean; p2Label: string }> {
+/**
+ * Deploys `file` with the config drive onto a fresh painted loop device of `diskBytes`; returns the result and whether
+ * the disk is untouched.
+ */
+async function deploy(
+  file: string,
+  diskBytes: number,
+  info: Record<string, unknown>,
+  configdrive = drive,
+  flags: Record<string, string> = BUFFERED,
+): Promise<{ r: CommandJson; untouched: boolean; p2Label: string }> {
   const url = await images.serveFile(`${Math.random()}-${file.split('/').at(-1)}`, file);
-  const digest = createHash('sha256').update(await readFile(file)).digest('hex');
+  const digest = createHash('sha256')
+    .update(await readFile(file))
+    .digest('hex');
   return withLoops([diskBytes], async ([loop]) => {
     await paint(loop!.path, loop!.sizeBytes);
     const a = await startImageAgent(loop!.path, flags);
@@ -67,7 +78,9 @@ describe('the config drive room, checked before writing', { timeout: 120_000 }, 
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error).toMatchObject({ type: 'ConfigDriveError' });
     expect(r.command_error!.details).toMatch(refusedBefore);
-    expect(r.command_error!.details).toMatch(/no room for a 64 MiB config drive partition .* its largest free region holds 1\.0 MiB, and no partition of it is labelled "config-2"/);
+    expect(r.command_error!.details).toMatch(
+      /no room for a 64 MiB config drive partition .* its largest free region holds 1\.0 MiB, and no partition of it is labelled "config-2"/,
+    );
     expect(untouched).toBe(true);
   });
 
@@ -88,11 +101,13 @@ describe('the config drive room, checked before writing', { timeout: 120_000 }, 
     await execa('parted', ['-s', file, 'mklabel', 'msdos', ...mk(1, 12), ...mk(12, 24), ...mk(24, 36), ...mk(36, 47)]);
     const { r, untouched } = await deploy(file, 200 * MiB, BUFFERED_RAW);
     expect(r.command_error?.details).toMatch(refusedBefore);
-    expect(r.command_error!.details).toMatch(/the image uses MBR partitioning and already has 4 primary partitions, and no partition of it is labelled "config-2"/);
+    expect(r.command_error!.details).toMatch(
+      /the image uses MBR partitioning and already has 4 primary partitions, and no partition of it is labelled "config-2"/,
+    );
     expect(untouched).toBe(true);
   });
 
-  it("an image whose own config-2 partition is too small for the drive (buffered qcow2): refused with the disk untouched", async () => {
+  it('an image whose own config-2 partition is too small for the drive (buffered qcow2): refused with the disk untouched', async () => {
     const file = join(work.dir, 'small-c2.raw');
     await execa('truncate', ['-s', '40M', file]);
     await execa('sgdisk', ['-n', '1:2048:+30M', '-n', '2:0:+2M', file]);
@@ -103,7 +118,9 @@ describe('the config drive room, checked before writing', { timeout: 120_000 }, 
     const big = toWire(await buildIso({ 'openstack/latest/user_data': Buffer.alloc(3 * MiB, 1) }));
     const { r, untouched } = await deploy(qcow2, 200 * MiB, { disk_format: 'qcow2' }, big);
     expect(r.command_error?.details).toMatch(refusedBefore);
-    expect(r.command_error!.details).toMatch(/the config drive \(\d+ bytes\) does not fit the image's config-2 partition 2 \(2097152 bytes\)/);
+    expect(r.command_error!.details).toMatch(
+      /the config drive \(\d+ bytes\) does not fit the image's config-2 partition 2 \(2097152 bytes\)/,
+    );
     expect(untouched).toBe(true);
   });
 
@@ -122,13 +139,16 @@ describe('the config drive room, checked before writing', { timeout: 120_000 }, 
   it.each([
     ['raw', { disk_format: 'raw', stream_raw_images: true }],
     ['qcow2', { disk_format: 'qcow2' }],
-  ])('streamed %s, the labels lie beyond the head: the same full disk is judged after writing, as before', async (kind, info) => {
-    const img = await makeDiskImage(work.dir, { sizeMiB: 40, name: `fulls-${kind}.raw` });
-    const file = kind === 'raw' ? img.path : `${img.path}.qcow2`;
-    if (kind === 'qcow2') await execa('qemu-img', ['convert', '-q', '-f', 'raw', '-O', 'qcow2', img.path, file]);
-    const { r, untouched } = await deploy(file, 40 * MiB, info, drive, {});
-    expect(r.command_error).toMatchObject({ type: 'ConfigDriveError' });
-    expect(r.command_error!.details).toMatch(/^No room for a 64 MiB config drive partition/);
-    expect(untouched).toBe(false);
-  });
+  ])(
+    'streamed %s, the labels lie beyond the head: the same full disk is judged after writing, as before',
+    async (kind, info) => {
+      const img = await makeDiskImage(work.dir, { sizeMiB: 40, name: `fulls-${kind}.raw` });
+      const file = kind === 'raw' ? img.path : `${img.path}.qcow2`;
+      if (kind === 'qcow2') await execa('qemu-img', ['convert', '-q', '-f', 'raw', '-O', 'qcow2', img.path, file]);
+      const { r, untouched } = await deploy(file, 40 * MiB, info, drive, {});
+      expect(r.command_error).toMatchObject({ type: 'ConfigDriveError' });
+      expect(r.command_error!.details).toMatch(/^No room for a 64 MiB config drive partition/);
+      expect(untouched).toBe(false);
+    },
+  );
 });

@@ -100,12 +100,23 @@ async function startThrottled(): Promise<AgentChild> {
 
 async function deploy(a: AgentChild, name: string, file: string, format: string, stream: boolean): Promise<void> {
   const url = await images.serveFile(name, file);
-  const digest = createHash('sha256').update(await readFile(file)).digest('hex');
+  const digest = createHash('sha256')
+    .update(await readFile(file))
+    .digest('hex');
   const r = await call(`${a.url}/v1/commands/`, {
     method: 'POST',
     body: JSON.stringify({
       name: 'standby.prepare_image',
-      params: { image_info: { id: name, urls: [url], os_hash_algo: 'sha256', os_hash_value: digest, disk_format: format, stream_raw_images: stream } },
+      params: {
+        image_info: {
+          id: name,
+          urls: [url],
+          os_hash_algo: 'sha256',
+          os_hash_value: digest,
+          disk_format: format,
+          stream_raw_images: stream,
+        },
+      },
     }),
   });
   expect(r.json.command_status, r.text).toBe('RUNNING');
@@ -115,7 +126,10 @@ describe('tools die with the agent', () => {
   it('SIGKILL during a qemu-img conversion: qemu-img is gone with the agent', async () => {
     const a = await startThrottled();
     await deploy(a, 'kill.qcow2', await toQcow2(raw), 'qcow2', false);
-    const writer = await until(async () => (await descendants(a.pid)).find((p) => p.comm === 'qemu-img'), 'qemu-img to run');
+    const writer = await until(
+      async () => (await descendants(a.pid)).find((p) => p.comm === 'qemu-img'),
+      'qemu-img to run',
+    );
     // Let it get going, so that it has a long throttled write ahead of it.
     await new Promise((r) => setTimeout(r, 1000));
     const family = (await descendants(a.pid)).map((p) => p.pid);

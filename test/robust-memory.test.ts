@@ -34,7 +34,10 @@ describe('cgroup v2', () => {
 
   it('the room below the agent cgroup limit, less than MemAvailable', async () => {
     await files(join(paths.cgroupRoot, 'kubepods'), { 'memory.max': 'max\n', 'memory.current': `${4 * GiB}\n` });
-    await files(join(paths.cgroupRoot, 'kubepods/pod1'), { 'memory.max': `${2 * GiB}\n`, 'memory.current': `${600 * MiB}\n` });
+    await files(join(paths.cgroupRoot, 'kubepods/pod1'), {
+      'memory.max': `${2 * GiB}\n`,
+      'memory.current': `${600 * MiB}\n`,
+    });
     await files(join(paths.cgroupRoot, 'kubepods/pod1/agent'), {
       'memory.max': `${1 * GiB}\n`,
       'memory.current': `${500 * MiB}\n`,
@@ -46,8 +49,14 @@ describe('cgroup v2', () => {
   });
 
   it('an ancestor tighter than the leaf wins; no limit anywhere is no cgroup room', async () => {
-    await files(join(paths.cgroupRoot, 'kubepods/pod1'), { 'memory.max': `${512 * MiB}\n`, 'memory.current': `${400 * MiB}\n` });
-    await files(join(paths.cgroupRoot, 'kubepods/pod1/agent'), { 'memory.max': 'max\n', 'memory.current': `${300 * MiB}\n` });
+    await files(join(paths.cgroupRoot, 'kubepods/pod1'), {
+      'memory.max': `${512 * MiB}\n`,
+      'memory.current': `${400 * MiB}\n`,
+    });
+    await files(join(paths.cgroupRoot, 'kubepods/pod1/agent'), {
+      'memory.max': 'max\n',
+      'memory.current': `${300 * MiB}\n`,
+    });
     expect(await cgroupRoom(paths)).toBe(112 * MiB);
     await files(join(paths.cgroupRoot, 'kubepods/pod1'), { 'memory.max': 'max\n' });
     expect(await cgroupRoom(paths)).toBeNull();
@@ -66,7 +75,10 @@ describe('cgroup v1', () => {
     await writeFile(paths.selfCgroup, '9:name=systemd:/\n4:memory:/docker/abc\n1:cpu,cpuacct:/\n0::/\n');
     const memory = join(paths.cgroupRoot, 'memory');
     await files(memory, { 'memory.limit_in_bytes': '9223372036854771712\n', 'memory.usage_in_bytes': `${8 * GiB}\n` });
-    await files(join(memory, 'docker'), { 'memory.limit_in_bytes': '9223372036854771712\n', 'memory.usage_in_bytes': `${3 * GiB}\n` });
+    await files(join(memory, 'docker'), {
+      'memory.limit_in_bytes': '9223372036854771712\n',
+      'memory.usage_in_bytes': `${3 * GiB}\n`,
+    });
     await files(join(memory, 'docker/abc'), {
       'memory.limit_in_bytes': `${2 * GiB}\n`,
       'memory.usage_in_bytes': `${1536 * MiB}\n`,
@@ -79,7 +91,10 @@ describe('cgroup v1', () => {
 
   it('a container that sees its own cgroup as the mount root', async () => {
     await writeFile(paths.selfCgroup, '4:memory:/docker/abc\n');
-    await files(join(paths.cgroupRoot, 'memory'), { 'memory.limit_in_bytes': `${256 * MiB}\n`, 'memory.usage_in_bytes': `${200 * MiB}\n` });
+    await files(join(paths.cgroupRoot, 'memory'), {
+      'memory.limit_in_bytes': `${256 * MiB}\n`,
+      'memory.usage_in_bytes': `${200 * MiB}\n`,
+    });
     expect(await cgroupRoom(paths)).toBe(56 * MiB);
   });
 });
@@ -89,7 +104,9 @@ it('the buffer check on tmpfs refuses an image that fits in MemAvailable but not
   await writeFile(paths.selfCgroup, '0::/pod\n');
   await files(join(paths.cgroupRoot, 'pod'), { 'memory.max': `${1 * GiB}\n`, 'memory.current': `${200 * MiB}\n` });
   // /dev/shm is tmpfs; the image is smaller than its free space and than MemAvailable (16 GiB, faked).
-  await expect(bufferBudget('/dev/shm', 900 * MiB, paths)).rejects.toThrow(/room below the agent's memory cgroup limit/);
+  await expect(bufferBudget('/dev/shm', 900 * MiB, paths)).rejects.toThrow(
+    /room below the agent's memory cgroup limit/,
+  );
   const budget = await bufferBudget('/dev/shm', 100 * MiB, paths);
   expect(budget.limit).toBeLessThanOrEqual(1 * GiB - 200 * MiB);
 });

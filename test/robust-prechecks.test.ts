@@ -28,7 +28,9 @@ afterAll(async () => {
 /** The buffered route (qemu-img after inspection) unless `streamed`. */
 async function deployQcow2(file: string, streamed = false) {
   const url = await images.serveFile(`${Math.random()}.qcow2`, file);
-  const digest = createHash('sha256').update(await readFile(file)).digest('hex');
+  const digest = createHash('sha256')
+    .update(await readFile(file))
+    .digest('hex');
   const a = await startImageAgent(loop.path, streamed ? {} : { 'ina-qcow2-stream-spool': '0' });
   try {
     return await runToEnd(a.url, 'standby.prepare_image', {
@@ -41,14 +43,18 @@ async function deployQcow2(file: string, streamed = false) {
 
 describe('checks made before writing', () => {
   it('a truncated qcow2 (served whole, with its own checksum) is refused before conversion; the disk is untouched', async () => {
-    const qcow2 = await toQcow2((await makeDiskImage(work.dir, { sizeMiB: 16, randomKiB: 8 * 1024, name: 'trunc' })).path);
+    const qcow2 = await toQcow2(
+      (await makeDiskImage(work.dir, { sizeMiB: 16, randomKiB: 8 * 1024, name: 'trunc' })).path,
+    );
     const whole = (await readFile(qcow2)).length;
     await truncate(qcow2, Math.floor(whole / 2));
     await paint(loop.path, loop.sizeBytes);
     const r = await deployQcow2(qcow2);
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error).toMatchObject({ type: 'InvalidImage' });
-    expect(r.command_error!.details).toMatch(/the qcow2 image is truncated: its (L2 table|data cluster) \S+ reaches byte \d+, past the end of the \d+-byte file/);
+    expect(r.command_error!.details).toMatch(
+      /the qcow2 image is truncated: its (L2 table|data cluster) \S+ reaches byte \d+, past the end of the \d+-byte file/,
+    );
     expect(await isPainted(loop.path, loop.sizeBytes)).toBe(true);
   });
 
@@ -65,12 +71,17 @@ describe('checks made before writing', () => {
     await paint(loop.path, loop.sizeBytes);
     const r = await deployQcow2(qcow2);
     expect(r.command_status).toBe('FAILED');
-    expect(r.command_error).toMatchObject({ type: 'InvalidImage', details: "the qcow2 image's cluster size (2^40 bytes) is outside 512 B to 2 MiB" });
+    expect(r.command_error).toMatchObject({
+      type: 'InvalidImage',
+      details: "the qcow2 image's cluster size (2^40 bytes) is outside 512 B to 2 MiB",
+    });
     expect(await isPainted(loop.path, loop.sizeBytes)).toBe(true);
   });
 
   it('the truncated qcow2 on the streamed route fails too, never SUCCEEDED', async () => {
-    const qcow2 = await toQcow2((await makeDiskImage(work.dir, { sizeMiB: 16, randomKiB: 8 * 1024, name: 'trunc-s' })).path);
+    const qcow2 = await toQcow2(
+      (await makeDiskImage(work.dir, { sizeMiB: 16, randomKiB: 8 * 1024, name: 'trunc-s' })).path,
+    );
     await truncate(qcow2, Math.floor((await readFile(qcow2)).length / 2));
     const r = await deployQcow2(qcow2, true);
     expect(r.command_status).toBe('FAILED');
@@ -78,7 +89,9 @@ describe('checks made before writing', () => {
   });
 
   it('the same image whole is deployed', async () => {
-    const qcow2 = await toQcow2((await makeDiskImage(work.dir, { sizeMiB: 16, randomKiB: 8 * 1024, name: 'whole' })).path);
+    const qcow2 = await toQcow2(
+      (await makeDiskImage(work.dir, { sizeMiB: 16, randomKiB: 8 * 1024, name: 'whole' })).path,
+    );
     const r = await deployQcow2(qcow2);
     expect(r.command_status, JSON.stringify(r.command_error)).toBe('SUCCEEDED');
   });

@@ -84,7 +84,8 @@ export function createApp(deps: ApiDeps): Hono {
     try {
       parsed = await withBody(c, bodies, (text) => {
         // JSON.parse itself copes, but whatever walks the value afterwards (validation, results, the writer) might not.
-        if (nestedDeeperThan(text, MAX_REQUEST_DEPTH)) return { fault: FAULTS.badJson(`nesting deeper than ${MAX_REQUEST_DEPTH} levels`) };
+        if (nestedDeeperThan(text, MAX_REQUEST_DEPTH))
+          return { fault: FAULTS.badJson(`nesting deeper than ${MAX_REQUEST_DEPTH} levels`) };
         try {
           return { body: JSON.parse(text) as unknown };
         } catch (err) {
@@ -103,8 +104,7 @@ export function createApp(deps: ApiDeps): Hono {
     return jsonResponse(c, record);
   };
 
-  const status: Handler = (c) =>
-    jsonResponse(c, { started_at: state.status.startedAt, version: state.status.version });
+  const status: Handler = (c) => jsonResponse(c, { started_at: state.status.startedAt, version: state.status.version });
 
   const routes: Route[] = [
     { path: '/', method: 'GET', guarded: false, handler: (c) => jsonResponse(c, rootDocument(origin(c))) },

@@ -28,7 +28,11 @@ class Turn {
 
 const largeBodies = new WeakMap<object, Turn>();
 
-async function readLimited(body: ReadableStream<Uint8Array> | null, declared: number | undefined, max: number): Promise<Buffer> {
+async function readLimited(
+  body: ReadableStream<Uint8Array> | null,
+  declared: number | undefined,
+  max: number,
+): Promise<Buffer> {
   if (!body) return Buffer.alloc(0);
   const reader = body.getReader();
   // With a declared length, one buffer of that size: no chunk list and no copy of it at the end.
@@ -55,7 +59,12 @@ async function readLimited(body: ReadableStream<Uint8Array> | null, declared: nu
  * Reads the request's body as text and hands it to `use` (which parses it), within the limits above.
  * Throws BodyTooLarge past `max`; `owner` scopes the one-at-a-time turn (one per app).
  */
-export async function withBody<T>(c: Context, owner: object, use: (text: string) => T, max = MAX_BODY_BYTES): Promise<T> {
+export async function withBody<T>(
+  c: Context,
+  owner: object,
+  use: (text: string) => T,
+  max = MAX_BODY_BYTES,
+): Promise<T> {
   const header = c.req.header('content-length');
   const declared = header !== undefined && /^\d+$/.test(header) ? Number(header) : undefined;
   if (declared !== undefined && declared > max) throw new BodyTooLarge();

@@ -17,7 +17,9 @@ export const NETWORK_PORT = 9000;
  */
 async function requireFio(what: string): Promise<void> {
   if (!(await hasTool('fio'))) {
-    throw new CommandExecutionError(`fio (${what}) failed with error: fio is not in this ramdisk (add it to image-build/files.txt to run ${what} burn-in)`);
+    throw new CommandExecutionError(
+      `fio (${what}) failed with error: fio is not in this ramdisk (add it to image-build/files.txt to run ${what} burn-in)`,
+    );
   }
 }
 
@@ -30,13 +32,32 @@ export function fioDiskArgs(info: Record<string, unknown>, devices: readonly str
   const runtime = intSetting(info, 'agent_burnin_fio_disk_runtime', 0, 0);
   const output = optPath(info, 'agent_burnin_fio_disk_outputfile');
   if (boolSetting(info, 'agent_burnin_fio_disk_smart_test')) {
-    throw new CleaningError('driver_info.agent_burnin_fio_disk_smart_test: SMART self-tests need smartctl, which this ramdisk does not carry');
+    throw new CleaningError(
+      'driver_info.agent_burnin_fio_disk_smart_test: SMART self-tests need smartctl, which this ramdisk does not carry',
+    );
   }
   return [
-    '--rw', 'readwrite', '--bs', '4k', '--direct', '1', '--ioengine', 'libaio', '--iodepth', '32',
-    '--verify', 'crc32c', '--verify_dump', '1', '--continue_on_error', 'verify', '--loops', String(loops),
+    '--rw',
+    'readwrite',
+    '--bs',
+    '4k',
+    '--direct',
+    '1',
+    '--ioengine',
+    'libaio',
+    '--iodepth',
+    '32',
+    '--verify',
+    'crc32c',
+    '--verify_dump',
+    '1',
+    '--continue_on_error',
+    'verify',
+    '--loops',
+    String(loops),
     // no resumable-verify state file in the working folder (it would land in / of the ramdisk)
-    '--verify_state_save', '0',
+    '--verify_state_save',
+    '0',
     // runtime 0 means "no time limit": the loops alone bound the run (fio would otherwise run forever)
     ...(runtime > 0 ? ['--runtime', String(runtime), '--time_based'] : []),
     ...(output ? ['--output-format', 'json', '--output', output] : []),
@@ -48,7 +69,10 @@ export function fioDiskArgs(info: Record<string, unknown>, devices: readonly str
 
 export async function fioDisk(ctx: CommandContext, info: Record<string, unknown>): Promise<null> {
   const { targets } = await cleaningTargets(ctx, 'skip');
-  const args = fioDiskArgs(info, targets.map((d) => d.path));
+  const args = fioDiskArgs(
+    info,
+    targets.map((d) => d.path),
+  );
   if (targets.length === 0) {
     ctx.log.info('burn-in (disk): no disk to exercise');
     return null;
@@ -76,20 +100,40 @@ export function networkPlan(info: Record<string, unknown>): NetworkPlan {
   const output = optPath(info, 'agent_burnin_fio_network_outputfile');
   const config = objectSetting(info, 'agent_burnin_fio_network_config');
   if (!config) {
-    const how = info.agent_burnin_fio_network_pairing_backend_url !== undefined ? 'dynamic pairing (a tooz backend) is not supported by this agent: ' : '';
-    throw new CleaningError(`burnin_network needs a partner: ${how}set driver_info.agent_burnin_fio_network_config to {"role": "writer"|"reader", "partner": "<host>"}`);
+    const how =
+      info.agent_burnin_fio_network_pairing_backend_url !== undefined
+        ? 'dynamic pairing (a tooz backend) is not supported by this agent: '
+        : '';
+    throw new CleaningError(
+      `burnin_network needs a partner: ${how}set driver_info.agent_burnin_fio_network_config to {"role": "writer"|"reader", "partner": "<host>"}`,
+    );
   }
   const { role, partner } = config;
-  if (role !== 'writer' && role !== 'reader') throw new CleaningError(`agent_burnin_fio_network_config: role must be writer or reader, got ${JSON.stringify(role)}`);
+  if (role !== 'writer' && role !== 'reader')
+    throw new CleaningError(
+      `agent_burnin_fio_network_config: role must be writer or reader, got ${JSON.stringify(role)}`,
+    );
   if (typeof partner !== 'string' || !/^[\w.:-]+$/.test(partner)) {
-    throw new CleaningError(`agent_burnin_fio_network_config: partner must be a host name or address, got ${JSON.stringify(partner)}`);
+    throw new CleaningError(
+      `agent_burnin_fio_network_config: partner must be a host name or address, got ${JSON.stringify(partner)}`,
+    );
   }
   return { role, partner, runtimeS, ...(output ? { output } : {}) };
 }
 
 export function fioNetworkArgs(plan: NetworkPlan, writer: boolean): string[] {
   return [
-    '--ioengine', 'net', '--port', String(NETWORK_PORT), '--fill_device', '1', '--group_reporting', '--gtod_reduce', '1', '--numjobs', '16',
+    '--ioengine',
+    'net',
+    '--port',
+    String(NETWORK_PORT),
+    '--fill_device',
+    '1',
+    '--group_reporting',
+    '--gtod_reduce',
+    '1',
+    '--numjobs',
+    '16',
     ...(writer
       ? ['--name', 'writer', '--rw', 'write', '--runtime', String(plan.runtimeS), '--time_based', '--listen']
       : ['--name', 'reader', '--rw', 'read', '--hostname', plan.partner]),
@@ -108,7 +152,9 @@ async function oneDirection(ctx: CommandContext, plan: NetworkPlan, writer: bool
       // the partner's writer may not listen yet: a reader knocks again (IPA retries fio's exit 16 likewise)
       const refused = err instanceof ToolError && /exit code 16|onnection refused/.test(err.details);
       if (writer || !refused || Date.now() > deadline || ctx.signal.aborted) {
-        throw new CommandExecutionError(`fio (network, ${writer ? 'writer' : 'reader'}) failed with error ${errorText(err)}`);
+        throw new CommandExecutionError(
+          `fio (network, ${writer ? 'writer' : 'reader'}) failed with error ${errorText(err)}`,
+        );
       }
       await sleep(READER_RETRY_MS);
     }

@@ -6,7 +6,9 @@ import { stressNg } from './stress-ng.ts';
 
 export type BurninStep = (ctx: CommandContext, node: Record<string, unknown> | undefined) => Promise<null>;
 
-export const burninSteps: Readonly<Record<'burnin_cpu' | 'burnin_memory' | 'burnin_disk' | 'burnin_network', BurninStep>> = {
+export const burninSteps: Readonly<
+  Record<'burnin_cpu' | 'burnin_memory' | 'burnin_disk' | 'burnin_network', BurninStep>
+> = {
   burnin_cpu: (ctx, node) => stressNg(ctx, 'cpu', driverInfo(node)),
   burnin_memory: (ctx, node) => stressNg(ctx, 'memory', driverInfo(node)),
   burnin_disk: (ctx, node) => fioDisk(ctx, driverInfo(node)),

@@ -87,7 +87,7 @@ class Lock {
 export interface ExecutorEvents {
   /** An async command ended (either way): the conductor link heartbeats early on it. */
   'async-done': [CommandRecord];
-  'change': [CommandRecord];
+  change: [CommandRecord];
 }
 
 export class CommandExecutor extends EventEmitter<ExecutorEvents> {
@@ -100,7 +100,10 @@ export class CommandExecutor extends EventEmitter<ExecutorEvents> {
   /** Commands forgotten by a reset that are still winding down: the agent stays busy until they are gone. */
   private readonly draining = new Set<CommandRecord>();
 
-  constructor(registry: Readonly<Record<string, Extension>>, private readonly services: AgentServices) {
+  constructor(
+    registry: Readonly<Record<string, Extension>>,
+    private readonly services: AgentServices,
+  ) {
     super();
     this.registry = new Map(Object.entries(registry).map(([name, ext]) => [name, new Map(Object.entries(ext))]));
   }
@@ -143,7 +146,10 @@ export class CommandExecutor extends EventEmitter<ExecutorEvents> {
   }
 
   private async cancelRunning(running: NonNullable<CommandExecutor['running']>, why: string): Promise<void> {
-    this.services.log.warn({ command: running.record.commandName, id: running.record.id, why }, 'cancelling the running command');
+    this.services.log.warn(
+      { command: running.record.commandName, id: running.record.id, why },
+      'cancelling the running command',
+    );
     // Why it stopped before its end (a reset, the agent stopping), as IPA's wire class.
     running.abort.abort(new CommandExecutionError(why));
     await running.ended;

@@ -56,5 +56,7 @@ export async function advertiseHost(
     if (i < ipLookupAttempts) await deps.clock.sleep(ipLookupSleepS * 1000, deps.signal);
   }
   const via = config.networkInterface ? `interface ${config.networkInterface}` : `the route to ${conductorUrl}`;
-  throw new LookupAgentIPError(`Could not find an advertise address from ${via} (${lastError}); set ipa-advertise-host`);
+  throw new LookupAgentIPError(
+    `Could not find an advertise address from ${via} (${lastError}); set ipa-advertise-host`,
+  );
 }

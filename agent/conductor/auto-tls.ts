@@ -10,7 +10,20 @@ import { createPrivateKey, generateKeyPair, randomBytes, sign, X509Certificate, 
 import { promisify } from 'node:util';
 import { hostname } from 'node:os';
 import { isIP } from 'node:net';
-import { bitString, boolean, explicit, ipBytes, octetString, oid, sequence, set, time, tlv, unsignedInteger, utf8String } from './der.ts';
+import {
+  bitString,
+  boolean,
+  explicit,
+  ipBytes,
+  octetString,
+  oid,
+  sequence,
+  set,
+  time,
+  tlv,
+  unsignedInteger,
+  utf8String,
+} from './der.ts';
 
 export interface AgentCertificate {
   /** PKCS#8 PEM. */
@@ -63,7 +76,10 @@ export function generateCertificate(advertiseHost: string, keys: AgentKeys, now 
     sequence(time(new Date(now.getTime() - CLOCK_SKEW_MS)), time(new Date(now.getTime() + VALID_DAYS * 86400_000))),
     name,
     publicKey.export({ type: 'spki', format: 'der' }),
-    explicit(3, sequence(sequence(oid(SUBJECT_ALT_NAME), boolean(true), octetString(sequence(altName(advertiseHost)))))),
+    explicit(
+      3,
+      sequence(sequence(oid(SUBJECT_ALT_NAME), boolean(true), octetString(sequence(altName(advertiseHost))))),
+    ),
   );
   const signature = sign('sha512', tbs, privateKey);
   return {
@@ -82,7 +98,9 @@ export function certificateServes(material: AgentCertificate, advertiseHost: str
     const cert = new X509Certificate(material.cert);
     if (!cert.checkPrivateKey(createPrivateKey(material.key))) return false;
     if (new Date(cert.validTo).getTime() < now.getTime() + 86400_000) return false;
-    return isIP(advertiseHost) ? cert.checkIP(advertiseHost) !== undefined : cert.checkHost(advertiseHost) !== undefined;
+    return isIP(advertiseHost)
+      ? cert.checkIP(advertiseHost) !== undefined
+      : cert.checkHost(advertiseHost) !== undefined;
   } catch {
     return false;
   }

@@ -57,7 +57,10 @@ export function ipBytes(ip: string): Buffer {
   }
   const [head, tail] = text.split('::') as [string, string | undefined];
   const part = (s: string | undefined) => (s ? s.split(':') : []);
-  const groups = tail === undefined ? part(head) : [...part(head), ...Array(8 - part(head).length - part(tail).length).fill('0'), ...part(tail)];
+  const groups =
+    tail === undefined
+      ? part(head)
+      : [...part(head), ...Array(8 - part(head).length - part(tail).length).fill('0'), ...part(tail)];
   const out = Buffer.alloc(16);
   for (const [i, g] of groups.entries()) out.writeUInt16BE(parseInt(g, 16), i * 2);
   return out;

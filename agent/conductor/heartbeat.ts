@@ -148,7 +148,10 @@ export class Heartbeater extends EventEmitter<HeartbeaterEvents> {
       if (this.pokes === pokes) this.forced = false;
     } else {
       this.intervalMs = 5000 * (1 + random());
-      log.warn({ status, reason, retryInMs: Math.round(this.intervalMs) }, status === 409 ? 'heartbeat conflict' : 'heartbeat failed');
+      log.warn(
+        { status, reason, retryInMs: Math.round(this.intervalMs) },
+        status === 409 ? 'heartbeat conflict' : 'heartbeat failed',
+      );
     }
     this.emit('beat', { at, ok, status, reason, forced, nextIntervalMs: this.intervalMs });
     if (status === 400 && reason?.includes(TOKEN_REJECTED)) this.emit('token-rejected', reason);

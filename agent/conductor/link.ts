@@ -178,7 +178,9 @@ export class ConductorLink {
   private async bootSteps(boot: Boot): Promise<void> {
     const { signal } = boot.abort;
     if (this.config.apiUrls.includes('mdns')) {
-      throw new LookupNodeError('ipa-api-url=mdns: finding the conductor by mDNS is not supported; give its http(s) URL');
+      throw new LookupNodeError(
+        'ipa-api-url=mdns: finding the conductor by mDNS is not supported; give its http(s) URL',
+      );
     }
     if (this.config.tls.autoTls) {
       boot.keys = generateKeys(this.config.tls.certificateCurve);
@@ -194,7 +196,9 @@ export class ConductorLink {
     await this.clock.sleep(this.config.hardwareInitDelayS * 1000, signal);
     boot.macs = await waitForNicMacs(this.config.lookup.nicWaitS, this.clock, signal, this.opts.nics);
     if (boot.macs.length === 0) {
-      throw new NoNetworkError(`no network interface with a MAC address appeared within ${this.config.lookup.nicWaitS} s`);
+      throw new NoNetworkError(
+        `no network interface with a MAC address appeared within ${this.config.lookup.nicWaitS} s`,
+      );
     }
     const found = await this.lookup(boot, await this.inspectFirst(boot));
 
@@ -265,8 +269,10 @@ export class ConductorLink {
     if (version < V_VERIFY_CA || !boot.keys) return undefined;
     // One carried over a crash (main.ts) while it fits; a new boot (shutdown) always makes a new one.
     const carried = this.state.autoTls;
-    const { key, cert } = carried && certificateServes(carried, host) ? carried : generateCertificate(host, await boot.keys);
-    if (carried && carried.cert !== cert) this.log.warn('the certificate carried over the restart no longer fits: made a new one');
+    const { key, cert } =
+      carried && certificateServes(carried, host) ? carried : generateCertificate(host, await boot.keys);
+    if (carried && carried.cert !== cert)
+      this.log.warn('the certificate carried over the restart no longer fits: made a new one');
     this.state.autoTls = { key, cert };
     const ciphers = lc.tlsCipherSuites ?? this.config.tls.cipherSuites;
     return { key, cert, minVersion: lc.tlsMinVersion ?? this.config.tls.minVersion, ...(ciphers ? { ciphers } : {}) };
@@ -282,7 +288,11 @@ export class ConductorLink {
         this.log.warn({ status: e.status, ok: e.ok, crash }, `first heartbeat, ${restartLine(crash)}`);
       }
       this.state.update({
-        lastHeartbeat: { at: e.at / 1000, ok: e.ok, status: e.status !== undefined ? String(e.status) : (e.reason ?? 'no answer') },
+        lastHeartbeat: {
+          at: e.at / 1000,
+          ok: e.ok,
+          status: e.status !== undefined ? String(e.status) : (e.reason ?? 'no answer'),
+        },
         conductorUrl: this.api.current,
       });
     });

@@ -37,7 +37,9 @@ export function parseLookupReply(text: string): LookupReply {
     throw new InvalidLookupReply('lookup reply has no node.uuid');
   }
   // A very old API put heartbeat_timeout at the top level and sent no config.
-  const raw = record(body.config) ?? (body.heartbeat_timeout !== undefined ? { heartbeat_timeout: body.heartbeat_timeout } : undefined);
+  const raw =
+    record(body.config) ??
+    (body.heartbeat_timeout !== undefined ? { heartbeat_timeout: body.heartbeat_timeout } : undefined);
   const timeout = Number(raw?.heartbeat_timeout);
   if (!raw || !Number.isFinite(timeout) || timeout <= 0) {
     throw new InvalidLookupReply('lookup reply has no config.heartbeat_timeout');

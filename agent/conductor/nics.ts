@@ -7,7 +7,8 @@ import { readInterfaces } from '../inspect/interfaces.ts';
 /** Lower-case MACs in interface-name order, each once. */
 export async function nicMacs(root: HostRoot = liveRoot): Promise<string[]> {
   const macs: string[] = [];
-  for (const i of await readInterfaces(root, { addresses: {} })) if (!macs.includes(i.mac_address)) macs.push(i.mac_address);
+  for (const i of await readInterfaces(root, { addresses: {} }))
+    if (!macs.includes(i.mac_address)) macs.push(i.mac_address);
   return macs;
 }
 

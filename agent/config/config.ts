@@ -199,9 +199,13 @@ function inspectionConfig(r: ParamReader, apiUrls: readonly string[]): Config['i
   const given = r.list('ipa-inspection-callback-url').map((u) => u.replace(/\/+$/, ''));
   for (const u of given) r.check('ipa-inspection-callback-url', u, API_URL.test(u), 'expected http(s)://… or mdns');
   const collectors = r.list('ipa-inspection-collectors');
-  for (const c of collectors) r.check('ipa-inspection-collectors', c, COLLECTOR_NAME.test(c), 'expected collector names');
+  for (const c of collectors)
+    r.check('ipa-inspection-collectors', c, COLLECTOR_NAME.test(c), 'expected collector names');
   // Newer IPA inspects without a callback URL when collectors are named and the API URL is known.
-  const derived = given.length === 0 && collectors.length > 0 ? apiUrls.filter((u) => u !== 'mdns').map((u) => `${u}/v1/continue_inspection`) : [];
+  const derived =
+    given.length === 0 && collectors.length > 0
+      ? apiUrls.filter((u) => u !== 'mdns').map((u) => `${u}/v1/continue_inspection`)
+      : [];
   return {
     callbackUrls: given.length > 0 ? given : derived,
     collectors: collectors.length > 0 ? collectors : ['default', 'logs'],

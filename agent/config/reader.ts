@@ -38,13 +38,18 @@ export class ParamReader {
   }
 
   /** `why` explains a minimum that comes from what a tool needs rather than from the value's meaning. */
-  num(name: string, fallback: number, opts: { min?: number; max?: number; integer?: boolean; why?: string } = {}): number {
+  num(
+    name: string,
+    fallback: number,
+    opts: { min?: number; max?: number; integer?: boolean; why?: string } = {},
+  ): number {
     const v = this.raw(name);
     if (v === undefined || v === '') return fallback;
     const n = Number(v);
     if (!Number.isFinite(n)) return this.fail(name, v, 'expected a number');
     if (opts.integer && !Number.isInteger(n)) return this.fail(name, v, 'expected a whole number');
-    if (opts.min !== undefined && n < opts.min) return this.fail(name, v, `must be at least ${opts.min}${opts.why ? `: ${opts.why}` : ''}`);
+    if (opts.min !== undefined && n < opts.min)
+      return this.fail(name, v, `must be at least ${opts.min}${opts.why ? `: ${opts.why}` : ''}`);
     if (opts.max !== undefined && n > opts.max) return this.fail(name, v, `must be at most ${opts.max}`);
     return n;
   }
@@ -59,7 +64,10 @@ export class ParamReader {
   list(name: string, fallback: string[] = []): string[] {
     const v = this.raw(name);
     if (v === undefined || v === '') return fallback;
-    return v.split(',').map((s) => s.trim()).filter((s) => s !== '');
+    return v
+      .split(',')
+      .map((s) => s.trim())
+      .filter((s) => s !== '');
   }
 
   /** Whether `name` was given at all (counts as read). */

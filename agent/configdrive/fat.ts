@@ -29,7 +29,12 @@ async function extractTree(drive: ConfigDriveImage, work: string, tree: string, 
 }
 
 /** A VFAT image of `sizeBytes` with FAT sectors of `sectorSize`, holding the drive's files. */
-export async function rebuildAsVfat(drive: ConfigDriveImage, sizeBytes: number, sectorSize: number, log?: Logger): Promise<Buffer> {
+export async function rebuildAsVfat(
+  drive: ConfigDriveImage,
+  sizeBytes: number,
+  sectorSize: number,
+  log?: Logger,
+): Promise<Buffer> {
   try {
     return await withTempDir('ina-configdrive-', async (work) => {
       const tree = join(work, 'tree');
@@ -40,7 +45,10 @@ export async function rebuildAsVfat(drive: ConfigDriveImage, sizeBytes: number, 
       await run('mkfs.vfat', ['-S', String(sectorSize), '-n', 'CONFIG-2', fat], { log });
       const entries = await readdir(tree);
       if (entries.length > 0) {
-        await run('mcopy', ['-s', '-p', '-i', fat, ...entries.map((e) => join(tree, e)), '::/'], { env: MTOOLS_ENV, log });
+        await run('mcopy', ['-s', '-p', '-i', fat, ...entries.map((e) => join(tree, e)), '::/'], {
+          env: MTOOLS_ENV,
+          log,
+        });
       }
       return await readFile(fat);
     });

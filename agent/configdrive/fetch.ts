@@ -7,8 +7,15 @@ import { Transfer } from '../image/transfer.ts';
 import { readBounded } from '../image/http.ts';
 import { shownUrl } from '../image/url-credentials.ts';
 
-/** GETs `url` (http or https) as `config.image` says. Any failure is a ConfigDriveError naming the URL (without credentials). */
-export async function downloadConfigDrive(services: Pick<AgentServices, 'config' | 'log' | 'clock'>, url: string, maxBytes: number): Promise<Buffer> {
+/**
+ * GETs `url` (http or https) as `config.image` says. Any failure is a ConfigDriveError naming the URL (without
+ * credentials).
+ */
+export async function downloadConfigDrive(
+  services: Pick<AgentServices, 'config' | 'log' | 'clock'>,
+  url: string,
+  maxBytes: number,
+): Promise<Buffer> {
   const { image, tls } = services.config;
   const dispatchers = new Dispatchers({
     connectTimeoutMs: image.connectTimeoutS * 1000,
@@ -19,10 +26,17 @@ export async function downloadConfigDrive(services: Pick<AgentServices, 'config'
     proxies: {},
   });
   const { log, clock } = services;
-  const transfer = new Transfer(dispatchers, { retries: image.retries, retryIntervalMs: image.retryIntervalS * 1000, maxDurationMs: 0, log, clock });
+  const transfer = new Transfer(dispatchers, {
+    retries: image.retries,
+    retryIntervalMs: image.retryIntervalS * 1000,
+    maxDurationMs: 0,
+    log,
+    clock,
+  });
   try {
     const opened = await transfer.open([url]);
-    const tooLong = () => new ConfigDriveError(`The config drive at '${shownUrl(url)}' is larger than ${maxBytes} bytes`);
+    const tooLong = () =>
+      new ConfigDriveError(`The config drive at '${shownUrl(url)}' is larger than ${maxBytes} bytes`);
     return await readBounded(opened.body, maxBytes, tooLong);
   } catch (err) {
     if (err instanceof ConfigDriveError) throw err;

@@ -23,9 +23,16 @@ function isoIdentity(buf: Buffer): DriveIdentity | null {
 function fatIdentity(buf: Buffer): DriveIdentity | null {
   if (buf.length < 512 || buf[510] !== 0x55 || buf[511] !== 0xaa) return null;
   // FAT12/16 keep the extended boot record at 36, FAT32 at 64; the label follows its 0x29 signature.
-  for (const [sigAt, labelAt, typeAt] of [[38, 43, 54], [66, 71, 82]] as const) {
+  for (const [sigAt, labelAt, typeAt] of [
+    [38, 43, 54],
+    [66, 71, 82],
+  ] as const) {
     if (buf[sigAt] === 0x29 && buf.toString('latin1', typeAt, typeAt + 3) === 'FAT') {
-      return { format: 'vfat', label: buf.toString('latin1', labelAt, labelAt + 11).trimEnd(), sectorSize: buf.readUInt16LE(11) };
+      return {
+        format: 'vfat',
+        label: buf.toString('latin1', labelAt, labelAt + 11).trimEnd(),
+        sectorSize: buf.readUInt16LE(11),
+      };
     }
   }
   return null;

@@ -24,7 +24,8 @@ function bad(why: string): InvalidImage {
 }
 
 function slice(iso: Buffer, start: number, length: number): Buffer {
-  if (start < 0 || length < 0 || start + length > iso.length) throw bad(`an extent points outside the image (${start}+${length})`);
+  if (start < 0 || length < 0 || start + length > iso.length)
+    throw bad(`an extent points outside the image (${start}+${length})`);
   return iso.subarray(start, start + length);
 }
 
@@ -87,7 +88,8 @@ function walk(iso: Buffer, dir: DirRecord, prefix: string, joliet: boolean, out:
   if (depth > 16) throw bad('directories nest deeper than 16 levels');
   for (const r of readDirectory(iso, dir)) {
     const name = (!joliet && rockRidgeName(r.systemUse)) || plainName(r.rawName, joliet);
-    if (name === '' || name === '.' || name === '..' || name.includes('/')) throw bad(`unusable file name ${JSON.stringify(name)}`);
+    if (name === '' || name === '.' || name === '..' || name.includes('/'))
+      throw bad(`unusable file name ${JSON.stringify(name)}`);
     const path = prefix ? `${prefix}/${name}` : name;
     if (r.isDir) walk(iso, r, path, joliet, out, depth + 1);
     else out.push({ path, data: slice(iso, r.extent * SECTOR, r.size) });

@@ -32,7 +32,9 @@ async function existingConfigDrive(services: Services, disk: string): Promise<Pa
   await rescanPartitions(disk, services.log);
   const found = (await listPartitions(disk, services.log)).filter((p) => isConfigDriveLabel(p.label));
   if (found.length > 1) {
-    throw new ConfigDriveError(`More than one partition with label "config-2" exists on device ${disk}: ${found.map((p) => p.path).join(', ')}`);
+    throw new ConfigDriveError(
+      `More than one partition with label "config-2" exists on device ${disk}: ${found.map((p) => p.path).join(', ')}`,
+    );
   }
   return found[0] ?? null;
 }
@@ -49,7 +51,11 @@ async function addGptPartition(services: Services, disk: string, sectorSize: num
   // Images are often smaller than the disk, so the backup GPT is moved to the real end (-e) in the same
   // run that adds the partition; the dry run (-P) measures the free space as it will be after that move.
   const { stdout } = await run('sgdisk', ['-P', '-e', '-F', '-E', disk], { log });
-  const numbers = stdout.split('\n').map((l) => l.trim()).filter((l) => /^\d+$/.test(l)).map(Number);
+  const numbers = stdout
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => /^\d+$/.test(l))
+    .map(Number);
   const [first, last] = numbers.slice(-2);
   if (first === undefined || last === undefined) throw new ConfigDriveError(`sgdisk found no free space on ${disk}`);
   const place = tailPlacement({ first, last }, CONFIG_DRIVE_PARTITION_BYTES, sectorSize);
@@ -57,7 +63,8 @@ async function addGptPartition(services: Services, disk: string, sectorSize: num
   const uuid = randomUUID();
   await run('sgdisk', ['-e', '-n', `0:${place.first}:${place.last}`, '-t', '0:8300', '-u', `0:${uuid}`, disk], { log });
   const created = (await readTable(disk, log)).find((e) => e.uuid === uuid);
-  if (!created) throw new ConfigDriveError(`The config drive partition with UUID ${uuid} was not found on ${disk} after creation`);
+  if (!created)
+    throw new ConfigDriveError(`The config drive partition with UUID ${uuid} was not found on ${disk} after creation`);
   return created.number;
 }
 
@@ -66,16 +73,24 @@ async function addMbrPartition(services: Services, disk: string, bytes: number, 
   const before = await readTable(disk, log);
   const primaries = before.filter((e) => e.number <= 4);
   if (primaries.length >= 4) {
-    throw new ConfigDriveError(`Config drive cannot be created: disk ${disk} uses MBR partitioning and already has ${primaries.length} primary partitions`);
+    throw new ConfigDriveError(
+      `Config drive cannot be created: disk ${disk} uses MBR partitioning and already has ${primaries.length} primary partitions`,
+    );
   }
   const region = mbrTailRegion(before, bytes, sectorSize);
   const place = tailPlacement(region, CONFIG_DRIVE_PARTITION_BYTES, sectorSize);
   if (!place) throw noRoom(disk, region, sectorSize);
-  await run('parted', ['-s', '-a', 'minimal', '--', disk, 'unit', 's', 'mkpart', 'primary', 'fat32', `${place.first}s`, `${place.last}s`], { log });
+  await run(
+    'parted',
+    ['-s', '-a', 'minimal', '--', disk, 'unit', 's', 'mkpart', 'primary', 'fat32', `${place.first}s`, `${place.last}s`],
+    { log },
+  );
   const known = new Set(before.map((e) => e.number));
   const added = (await readTable(disk, log)).filter((e) => !known.has(e.number));
   if (added.length !== 1) {
-    throw new ConfigDriveError(`Disk partitioning failed on device ${disk}: unable to find the new config drive partition`);
+    throw new ConfigDriveError(
+      `Disk partitioning failed on device ${disk}: unable to find the new config drive partition`,
+    );
   }
   return added[0]!.number;
 }
@@ -83,8 +98,12 @@ async function addMbrPartition(services: Services, disk: string, bytes: number, 
 async function createPartition(services: Services, disk: string): Promise<string> {
   const { bytes, sectorSize } = await diskGeometry(disk);
   const table = await tableType(disk, services.log);
-  if (!table) throw new ConfigDriveError(`Disk ${disk} has no partition table, so a config drive partition cannot be added`);
-  const n = table === 'gpt' ? await addGptPartition(services, disk, sectorSize) : await addMbrPartition(services, disk, bytes, sectorSize);
+  if (!table)
+    throw new ConfigDriveError(`Disk ${disk} has no partition table, so a config drive partition cannot be added`);
+  const n =
+    table === 'gpt'
+      ? await addGptPartition(services, disk, sectorSize)
+      : await addMbrPartition(services, disk, bytes, sectorSize);
   await rescanPartitions(disk, services.log, [n]);
   return `/dev/${partitionName(kernelNameOf(disk), n)}`;
 }
@@ -116,16 +135,27 @@ async function writeVerified(services: Services, partition: string, image: Buffe
     const file = join(work, 'drive.img');
     await writeFile(file, image);
     await services.guard.assertWritable(partition, 'write the config drive to');
-    await run('dd', [`if=${file}`, `of=${partition}`, 'bs=1M', 'oflag=direct', 'conv=fsync,notrunc', 'status=none'], { log });
+    await run('dd', [`if=${file}`, `of=${partition}`, 'bs=1M', 'oflag=direct', 'conv=fsync,notrunc', 'status=none'], {
+      log,
+    });
     await run('blockdev', ['--flushbufs', partition], { log });
     const want = createHash('sha256').update(image).digest('hex');
-    const got = createHash('sha256').update(await readBack(partition, image.length)).digest('hex');
-    if (got !== want) throw new ConfigDriveError(`Config drive read back from ${partition} does not match what was written (sha256 ${got}, expected ${want})`);
+    const got = createHash('sha256')
+      .update(await readBack(partition, image.length))
+      .digest('hex');
+    if (got !== want)
+      throw new ConfigDriveError(
+        `Config drive read back from ${partition} does not match what was written (sha256 ${got}, expected ${want})`,
+      );
   });
 }
 
 /** Writes `drive` to `disk`'s config-2 partition, creating it when there is none; returns that partition. */
-export async function writeConfigDrivePartition(services: Services, disk: string, drive: ConfigDriveImage): Promise<{ partition: string }> {
+export async function writeConfigDrivePartition(
+  services: Services,
+  disk: string,
+  drive: ConfigDriveImage,
+): Promise<{ partition: string }> {
   await services.guard.assertWritable(disk, 'add a config drive partition to');
   const existing = await existingConfigDrive(services, disk);
   const partition = existing?.path ?? (await createPartition(services, disk));
@@ -134,11 +164,21 @@ export async function writeConfigDrivePartition(services: Services, disk: string
   const { sectorSize } = await diskGeometry(disk);
 
   const rebuild = drive.sectorSize < sectorSize;
-  const image = padTo(rebuild ? await rebuildAsVfat(drive, Math.min(partBytes, CONFIG_DRIVE_PARTITION_BYTES), sectorSize, services.log) : drive.bytes, sectorSize);
+  const image = padTo(
+    rebuild
+      ? await rebuildAsVfat(drive, Math.min(partBytes, CONFIG_DRIVE_PARTITION_BYTES), sectorSize, services.log)
+      : drive.bytes,
+    sectorSize,
+  );
   if (image.length > partBytes) {
-    throw new ConfigDriveError(`Config drive (${image.length} bytes) does not fit partition ${partition} (${partBytes} bytes)`);
+    throw new ConfigDriveError(
+      `Config drive (${image.length} bytes) does not fit partition ${partition} (${partBytes} bytes)`,
+    );
   }
   await writeVerified(services, partition, image);
-  services.log.info({ disk, partition, reused: existing !== null, format: rebuild ? 'vfat (rebuilt)' : drive.format }, 'config drive written');
+  services.log.info(
+    { disk, partition, reused: existing !== null, format: rebuild ? 'vfat (rebuilt)' : drive.format },
+    'config drive written',
+  );
   return { partition };
 }

@@ -48,7 +48,9 @@ function gunzip(data: Buffer, source: string): Buffer {
     ok = inflate.push(data, true);
   } catch (err) {
     if (err instanceof ConfigDriveError) throw err;
-    throw new ConfigDriveError(`Encountered error while decompressing the config drive from ${source}: ${(err as Error).message}`);
+    throw new ConfigDriveError(
+      `Encountered error while decompressing the config drive from ${source}: ${(err as Error).message}`,
+    );
   }
   if (!ok || inflate.err) {
     const why = inflate.msg || 'the gzip stream ends early';
@@ -68,7 +70,9 @@ function check(bytes: Buffer, source: string): ConfigDriveImage {
   const id = identifyDrive(bytes);
   if (!id) throw new ConfigDriveError(`Config drive from ${source} is neither an ISO9660 nor a VFAT image`);
   if (!isConfigDriveLabel(id.label)) {
-    throw new ConfigDriveError(`Config drive from ${source} is a ${id.format} image labelled "${id.label}", not "${CONFIG_DRIVE_LABEL}"`);
+    throw new ConfigDriveError(
+      `Config drive from ${source} is a ${id.format} image labelled "${id.label}", not "${CONFIG_DRIVE_LABEL}"`,
+    );
   }
   return { bytes, format: id.format, label: id.label, sectorSize: id.sectorSize, source };
 }
@@ -77,7 +81,10 @@ function check(bytes: Buffer, source: string): ConfigDriveImage {
  * Decodes and checks a config drive value; touches no disk. A URL body may be the image itself, gzip of
  * it, or the base64 text (what ironic stores in Swift). Every failure is a ConfigDriveError saying why.
  */
-export async function prepareConfigDrive(services: Pick<AgentServices, 'config' | 'log' | 'clock'>, value: string): Promise<ConfigDriveImage> {
+export async function prepareConfigDrive(
+  services: Pick<AgentServices, 'config' | 'log' | 'clock'>,
+  value: string,
+): Promise<ConfigDriveImage> {
   const text = value.trim();
   if (text === '') throw new ConfigDriveError('Config drive is an empty string');
   if (URL_LIKE.test(text)) {

@@ -35,7 +35,9 @@ async function bytesAt(view: ImageView, offset: number, length: number): Promise
 }
 
 function largestRegions(slots: readonly Slot[], sectorSize: number, firstUsable: number, lastUsable: number): Region[] {
-  const used = slots.map((s) => ({ first: s.start / sectorSize, last: (s.start + s.size) / sectorSize - 1 })).sort((a, b) => a.first - b.first);
+  const used = slots
+    .map((s) => ({ first: s.start / sectorSize, last: (s.start + s.size) / sectorSize - 1 }))
+    .sort((a, b) => a.first - b.first);
   const gaps: Region[] = [];
   let cursor = firstUsable;
   for (const u of used) {
@@ -75,7 +77,11 @@ async function readGpt(view: ImageView, disk: SinkTarget): Promise<Table | null 
   // Where the image step puts the backup table: at the real end of the disk.
   const lastLba = Math.floor(disk.size / ss) - 1;
   const lastUsable = lastLba - Math.ceil((count * entrySize) / ss) - 1;
-  return { kind: 'gpt', slots, noNewPartition: noRoom(disk.path, largestRegions(slots, ss, firstUsable, lastUsable), ss) };
+  return {
+    kind: 'gpt',
+    slots,
+    noNewPartition: noRoom(disk.path, largestRegions(slots, ss, firstUsable, lastUsable), ss),
+  };
 }
 
 function readMbr(head: Buffer, disk: SinkTarget): Table | null {
@@ -91,26 +97,42 @@ function readMbr(head: Buffer, disk: SinkTarget): Table | null {
   }
   if (slots.length === 0) return null;
   if (slots.length >= 4) {
-    return { kind: 'mbr', slots, noNewPartition: `the image uses MBR partitioning and already has ${slots.length} primary partitions` };
+    return {
+      kind: 'mbr',
+      slots,
+      noNewPartition: `the image uses MBR partitioning and already has ${slots.length} primary partitions`,
+    };
   }
-  const region = mbrTailRegion(slots.map((s) => ({ ...s, uuid: '', type: '' })), disk.size, ss);
+  const region = mbrTailRegion(
+    slots.map((s) => ({ ...s, uuid: '', type: '' })),
+    disk.size,
+    ss,
+  );
   return { kind: 'mbr', slots, noNewPartition: noRoom(disk.path, [region], ss) };
 }
 
-/** A filesystem's label as blkid reports it: null when there is no filesystem it could be read from, undefined when unknown. */
+/**
+ * A filesystem's label as blkid reports it: null when there is no filesystem it could be read from, undefined when
+ * unknown.
+ */
 function fsLabel(bytes: Buffer): string | null | undefined {
   const drive = identifyDrive(bytes);
   if (drive) return drive.label;
   if (bytes.length < 4096) return undefined;
   if (bytes.readUInt16LE(1080) === 0xef53) return bytes.toString('latin1', 1144, 1160).replace(/\0.*$/s, '');
   if (bytes.toString('latin1', 0, 4) === 'XFSB') return bytes.toString('latin1', 108, 120).replace(/\0.*$/s, '');
-  if (bytes.toString('latin1', 4086, 4096) === 'SWAPSPACE2') return bytes.toString('latin1', 1052, 1068).replace(/\0.*$/s, '');
+  if (bytes.toString('latin1', 4086, 4096) === 'SWAPSPACE2')
+    return bytes.toString('latin1', 1052, 1068).replace(/\0.*$/s, '');
   if (bytes.every((b) => b === 0)) return null;
   return undefined;
 }
 
 /** Why the config drive could not be written after this image, or null when it could (or that cannot be told). */
-export async function configDriveRoomProblem(view: ImageView, disk: SinkTarget, driveBytes: number): Promise<string | null> {
+export async function configDriveRoomProblem(
+  view: ImageView,
+  disk: SinkTarget,
+  driveBytes: number,
+): Promise<string | null> {
   const gpt = await readGpt(view, disk);
   const table = gpt === undefined ? readMbr(view.head, disk) : gpt;
   if (!table) return null;
@@ -125,7 +147,9 @@ export async function configDriveRoomProblem(view: ImageView, disk: SinkTarget, 
   }
   if (labelled.length === 1) {
     const [slot] = labelled as [Slot];
-    return slot.size < driveBytes ? `the config drive (${driveBytes} bytes) does not fit the image's config-2 partition ${slot.number} (${slot.size} bytes)` : null;
+    return slot.size < driveBytes
+      ? `the config drive (${driveBytes} bytes) does not fit the image's config-2 partition ${slot.number} (${slot.size} bytes)`
+      : null;
   }
   if (!table.noNewPartition) return null;
   // One whose label is unknown may be a config-2 the write would reuse.
@@ -140,6 +164,9 @@ export function configDriveRoomCheck(disk: SinkTarget, drive: ConfigDriveImage):
   const driveBytes = drive.sectorSize < ss ? 0 : Math.ceil(drive.bytes.length / ss) * ss;
   return async (view) => {
     const problem = await configDriveRoomProblem(view, disk, driveBytes);
-    if (problem) throw new ConfigDriveError(`Config drive cannot be written to ${disk.path}: ${problem}; refused before writing the image`);
+    if (problem)
+      throw new ConfigDriveError(
+        `Config drive cannot be written to ${disk.path}: ${problem}; refused before writing the image`,
+      );
   };
 }

@@ -9,7 +9,8 @@ import type { Disk, Nic } from './screen.ts';
 export async function readStatus(path: string): Promise<StatusFile | null> {
   try {
     const doc = JSON.parse(await readFile(path, 'utf8')) as Partial<StatusFile>;
-    if (typeof doc !== 'object' || doc === null || typeof doc.status !== 'object' || !Array.isArray(doc.commands)) return null;
+    if (typeof doc !== 'object' || doc === null || typeof doc.status !== 'object' || !Array.isArray(doc.commands))
+      return null;
     return doc as StatusFile;
   } catch {
     return null;
@@ -52,12 +53,15 @@ export async function readNics(sysNet = '/sys/class/net'): Promise<Nic[]> {
   try {
     names = (await readdir(sysNet)).filter((n) => n !== 'lo').sort();
   } catch {
-    names = Object.keys(addrs).filter((n) => n !== 'lo').sort();
+    names = Object.keys(addrs)
+      .filter((n) => n !== 'lo')
+      .sort();
   }
   return Promise.all(
     names.map(async (name) => ({
       name,
-      mac: (await readFile(`${sysNet}/${name}/address`, 'utf8').catch(() => '')).trim() || (addrs[name]?.[0]?.mac ?? '?'),
+      mac:
+        (await readFile(`${sysNet}/${name}/address`, 'utf8').catch(() => '')).trim() || (addrs[name]?.[0]?.mac ?? '?'),
       addresses: (addrs[name] ?? []).map((a) => a.cidr ?? a.address),
     })),
   );
@@ -70,7 +74,9 @@ interface LsblkJson {
 /** Whole disks from lsblk, or the reason they could not be listed. */
 export async function readDisks(): Promise<Disk[] | string> {
   try {
-    const r = await run('lsblk', ['--json', '--bytes', '--nodeps', '--output', 'NAME,SIZE,TYPE,MODEL'], { timeoutMs: 5000 });
+    const r = await run('lsblk', ['--json', '--bytes', '--nodeps', '--output', 'NAME,SIZE,TYPE,MODEL'], {
+      timeoutMs: 5000,
+    });
     const doc = JSON.parse(r.stdout) as LsblkJson;
     return (doc.blockdevices ?? [])
       .filter((d) => d.type === 'disk' && Number(d.size) > 0)

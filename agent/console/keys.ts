@@ -1,5 +1,15 @@
 // Maps raw terminal input to console actions (pure, so the key table is unit-tested).
-export type KeyAction = 'log' | 'commands' | 'shell' | 'back' | 'up' | 'down' | 'page-up' | 'page-down' | 'refresh' | null;
+export type KeyAction =
+  | 'log'
+  | 'commands'
+  | 'shell'
+  | 'back'
+  | 'up'
+  | 'down'
+  | 'page-up'
+  | 'page-down'
+  | 'refresh'
+  | null;
 
 const TABLE: Record<string, KeyAction> = {
   l: 'log',

@@ -39,7 +39,8 @@ const DISKS_EVERY_MS = 10_000;
 let diskCache: { at: number; value: Awaited<ReturnType<typeof readDisks>> } | undefined;
 
 async function currentDisks(): Promise<Awaited<ReturnType<typeof readDisks>>> {
-  if (!diskCache || Date.now() - diskCache.at > DISKS_EVERY_MS) diskCache = { at: Date.now(), value: await readDisks() };
+  if (!diskCache || Date.now() - diskCache.at > DISKS_EVERY_MS)
+    diskCache = { at: Date.now(), value: await readDisks() };
   return diskCache.value;
 }
 

@@ -138,12 +138,22 @@ export function renderStatus(input: ConsoleInput, size: ScreenSize): string[] {
       lines.push(field('Inspection', `${insp.phase}${insp.result ? `: ${insp.result}` : ''}`));
       if (insp.summary) {
         // The time first: an 80-column console cuts the end of the line.
-        lines.push(field('Inventory', `${insp.collectionMs !== undefined ? `collected in ${insp.collectionMs} ms: ` : ''}${insp.summary}`));
+        lines.push(
+          field(
+            'Inventory',
+            `${insp.collectionMs !== undefined ? `collected in ${insp.collectionMs} ms: ` : ''}${insp.summary}`,
+          ),
+        );
       }
     }
     const hb = s.lastHeartbeat;
     lines.push(
-      field('Heartbeat', hb ? `${clock(hb.at)} (${formatAge(input.now - hb.at)} ago) ${hb.ok ? 'ok' : 'FAILED'}: ${hb.status}` : 'none yet'),
+      field(
+        'Heartbeat',
+        hb
+          ? `${clock(hb.at)} (${formatAge(input.now - hb.at)} ago) ${hb.ok ? 'ok' : 'FAILED'}: ${hb.status}`
+          : 'none yet',
+      ),
     );
   }
   if (input.nics.length === 0) lines.push(field('Network', 'no interfaces'));
@@ -164,7 +174,9 @@ export function renderStatus(input: ConsoleInput, size: ScreenSize): string[] {
   else if (input.disks.length === 0) lines.push(field('Disks', 'none'));
   else {
     for (const [i, d] of input.disks.entries()) {
-      lines.push(field(i === 0 ? 'Disks' : '', `${d.name} ${formatBytes(d.bytes)} ${d.type}${d.model ? ` ${d.model}` : ''}`));
+      lines.push(
+        field(i === 0 ? 'Disks' : '', `${d.name} ${formatBytes(d.bytes)} ${d.type}${d.model ? ` ${d.model}` : ''}`),
+      );
     }
   }
   lines.push('-'.repeat(size.width));

@@ -103,7 +103,9 @@ async function release(disk: string, log?: Logger): Promise<string | null> {
     log?.info({ disk }, 'ATA security password removed');
     return null;
   }
-  const why = state ? `security is still ${state.locked ? 'enabled and locked' : 'enabled'}` : 'its security state could not be read';
+  const why = state
+    ? `security is still ${state.locked ? 'enabled and locked' : 'enabled'}`
+    : 'its security state could not be read';
   log?.error({ disk }, `ATA security password could not be removed: ${why}`);
   return `the security password NULL could not be removed (${why})`;
 }
@@ -122,7 +124,8 @@ export async function ataSecureErase(disk: string, opts: AtaOptions = {}): Promi
   }
   if (state.locked) {
     state = await unlock(disk, log);
-    if (!state || state.locked) throw new BlockDeviceEraseError(`Block device ${disk} already has a security password set`);
+    if (!state || state.locked)
+      throw new BlockDeviceEraseError(`Block device ${disk} already has a security password set`);
   }
   const enhanced = state.enhanced;
   const minutes = enhanced ? state.enhancedEraseMinutes : state.eraseMinutes;
@@ -143,7 +146,10 @@ export async function ataSecureErase(disk: string, opts: AtaOptions = {}): Promi
       throw new BlockDeviceEraseError(`Erase failed for device ${disk}: ${errorText(err)}`);
     }
     const after = await security(disk, log);
-    if (!after || after.enabled) throw new BlockDeviceEraseError(`An unknown error occurred erasing block device ${disk}: security is still enabled after the erase`);
+    if (!after || after.enabled)
+      throw new BlockDeviceEraseError(
+        `An unknown error occurred erasing block device ${disk}: security is still enabled after the erase`,
+      );
   } catch (err) {
     failure = err;
   }

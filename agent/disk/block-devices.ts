@@ -121,7 +121,11 @@ export async function listBlockDevices(services: Pick<AgentServices, 'config' | 
 export const LSBLK_ARGS = ['-J', '-b', '-d', '-a', '-o', COLUMNS];
 
 /** Devices from lsblk's JSON, completed from the sysfs block directory `sysBlock`. */
-export async function blockDevicesFrom(stdout: string, loops: Set<string>, sysBlock = SYS_BLOCK): Promise<BlockDevice[]> {
+export async function blockDevicesFrom(
+  stdout: string,
+  loops: Set<string>,
+  sysBlock = SYS_BLOCK,
+): Promise<BlockDevice[]> {
   const seen = new Set<string>();
   const out: BlockDevice[] = [];
   for (const row of parseLsblk(stdout)) {

@@ -15,11 +15,15 @@ export interface CleaningTargets {
   skipped: { device: string; reason: string }[];
 }
 
-export async function cleaningTargets(services: AgentServices, readOnly: 'skip' | 'refuse-unless-allowed'): Promise<CleaningTargets> {
+export async function cleaningTargets(
+  services: AgentServices,
+  readOnly: 'skip' | 'refuse-unless-allowed',
+): Promise<CleaningTargets> {
   const allow = services.config.disks.allowlist;
   const allowed = await allowlistedNames(allow);
   const skippedByList = skipList(services);
-  const skipReadOnly = readOnly === 'skip' || services.state.status.node?.driver_internal_info?.agent_erase_skip_read_only === true;
+  const skipReadOnly =
+    readOnly === 'skip' || services.state.status.node?.driver_internal_info?.agent_erase_skip_read_only === true;
   const out: CleaningTargets = { targets: [], skipped: [] };
   for (const dev of await listBlockDevices(services)) {
     if (allow && !allowed.has(dev.name)) continue;

@@ -9,7 +9,12 @@ export function firmwarePath(espPath: string): string {
 }
 
 /** Registers each loader; returns what was done per loader, for the command's result. */
-export async function registerBootEntries(disk: string, partition: number, loaders: readonly EfiLoader[], log?: Logger): Promise<string[]> {
+export async function registerBootEntries(
+  disk: string,
+  partition: number,
+  loaders: readonly EfiLoader[],
+  log?: Logger,
+): Promise<string[]> {
   const existing = (await run('efibootmgr', ['-v'], { log })).stdout.toLowerCase().split('\n');
   const done: string[] = [];
   for (const loader of loaders) {

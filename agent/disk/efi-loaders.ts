@@ -31,7 +31,11 @@ export function parseBootCsv(data: Buffer): { loader: string; label: string }[] 
 }
 
 /** Picks the loaders to register from the ESP's file list (paths relative to its root). Pure. */
-export function chooseLoaders(files: readonly string[], csv: ReadonlyMap<string, Buffer>, arch = efiArch()): EfiLoader[] {
+export function chooseLoaders(
+  files: readonly string[],
+  csv: ReadonlyMap<string, Buffer>,
+  arch = efiArch(),
+): EfiLoader[] {
   const inVendorDir = files.filter((f) => /^EFI\/[^/]+\/[^/]+$/i.test(f) && !/^EFI\/BOOT\//i.test(f));
   const fromCsv: EfiLoader[] = [];
   for (const [csvPath, data] of csv) {
@@ -55,7 +59,11 @@ export function chooseLoaders(files: readonly string[], csv: ReadonlyMap<string,
 
 /** Every file under `::/EFI` on the ESP, as `EFI/...` paths. */
 async function listEfiTree(esp: string, log?: Logger): Promise<string[]> {
-  const { stdout, exitCode } = await run('mdir', ['-/', '-b', '-i', esp, '::/EFI'], { env: MTOOLS_ENV, okCodes: [1], log });
+  const { stdout, exitCode } = await run('mdir', ['-/', '-b', '-i', esp, '::/EFI'], {
+    env: MTOOLS_ENV,
+    okCodes: [1],
+    log,
+  });
   if (exitCode !== 0) return [];
   return stdout
     .split('\n')
@@ -66,7 +74,9 @@ async function listEfiTree(esp: string, log?: Logger): Promise<string[]> {
 
 export async function findEfiLoaders(esp: string, log?: Logger): Promise<EfiLoader[]> {
   const files = await listEfiTree(esp, log);
-  const csvFiles = files.filter((f) => new RegExp(`^EFI/[^/]+/BOOT${efiArch()}\\.CSV$`, 'i').test(f) && !/^EFI\/BOOT\//i.test(f));
+  const csvFiles = files.filter(
+    (f) => new RegExp(`^EFI/[^/]+/BOOT${efiArch()}\\.CSV$`, 'i').test(f) && !/^EFI\/BOOT\//i.test(f),
+  );
   const csv = new Map<string, Buffer>();
   if (csvFiles.length > 0) {
     await withTempDir('ina-esp-', async (work) => {

@@ -69,7 +69,10 @@ export async function eraseDisk(
   const verify = async (method: string, expect: Expectation): Promise<Verification> => {
     meter.start('verifying', null, { device: disk, method });
     const v = judge(plan, before, await readSamples(disk, plan, log), expect);
-    log.info({ method, ...v }, v.ok ? `${method} verified on ${disk}` : `${method} did not erase ${disk}: ${v.failure}`);
+    log.info(
+      { method, ...v },
+      v.ok ? `${method} verified on ${disk}` : `${method} did not erase ${disk}: ${v.failure}`,
+    );
     return v;
   };
   const done = (method: EraseMethod, verification: Verification | null, passes?: number): DiskErased => ({
@@ -113,14 +116,19 @@ export async function eraseDisk(
     // Only the drive's refusals fall back; a missing or failing tool fails the step, as in IPA.
     if (!(err instanceof BlockDeviceEraseError)) throw err;
     if (!settings.continueIfSecureEraseFailed) {
-      throw new SecureEraseFailed(`secure erase failed and falling back to overwriting is not enabled (agent_continue_if_secure_erase_failed): ${errorText(err)}`);
+      throw new SecureEraseFailed(
+        `secure erase failed and falling back to overwriting is not enabled (agent_continue_if_secure_erase_failed): ${errorText(err)}`,
+      );
     }
     log.warn({ err: errorText(err) }, 'secure erase failed; falling back as the node allows');
     attempts.push({ method: 'secure erase', error: errorText(err) });
   }
 
   if (settings.discard) {
-    for (const [method, args] of [['secure discard', ['-s', disk]], ['discard', [disk]]] as const) {
+    for (const [method, args] of [
+      ['secure discard', ['-s', disk]],
+      ['discard', [disk]],
+    ] as const) {
       meter.start(method, null, { device: disk });
       try {
         await run('blkdiscard', args, { log, timeoutMs: 0 });
@@ -150,7 +158,12 @@ export async function eraseDisk(
     await overwriteDevice(disk, dev.size, settings.randomPasses, zero, (p) => {
       if (p.pass !== pass) {
         pass = p.pass;
-        meter.start('overwrite', p.total, { device: disk, pass, passes, data: pass <= settings.randomPasses ? 'random' : 'zeros' });
+        meter.start('overwrite', p.total, {
+          device: disk,
+          pass,
+          passes,
+          data: pass <= settings.randomPasses ? 'random' : 'zeros',
+        });
       }
       meter.set(p.bytes);
     });

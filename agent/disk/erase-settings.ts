@@ -18,7 +18,8 @@ export interface EraseSettings {
 }
 
 const bool = (v: unknown): boolean | undefined => (typeof v === 'boolean' ? v : undefined);
-const count = (v: unknown, min: number): number | undefined => (Number.isInteger(v) && (v as number) >= min ? (v as number) : undefined);
+const count = (v: unknown, min: number): number | undefined =>
+  Number.isInteger(v) && (v as number) >= min ? (v as number) : undefined;
 
 export function eraseSettings(services: Pick<AgentServices, 'config' | 'state'>): EraseSettings {
   const info = services.state.status.node?.driver_internal_info ?? {};
@@ -27,7 +28,8 @@ export function eraseSettings(services: Pick<AgentServices, 'config' | 'state'>)
     nvmeSecureErase: bool(info.agent_enable_nvme_secure_erase) ?? true,
     ataSecureErase: bool(info.agent_enable_ata_secure_erase) ?? true,
     // The deprecated ATA-only key still counts when the newer one is absent, as in IPA.
-    continueIfSecureEraseFailed: bool(info.agent_continue_if_secure_erase_failed) ?? bool(info.agent_continue_if_ata_erase_failed) ?? false,
+    continueIfSecureEraseFailed:
+      bool(info.agent_continue_if_secure_erase_failed) ?? bool(info.agent_continue_if_ata_erase_failed) ?? false,
     randomPasses: count(info.agent_erase_devices_iterations, 0) ?? cfg.randomPasses,
     finalZeroPass: bool(info.agent_erase_devices_zeroize) ?? cfg.finalZeroPass,
     concurrency: count(info.disk_erasure_concurrency, 1) ?? 1,

@@ -74,7 +74,8 @@ export async function readSamples(disk: string, plan: SamplePlan, log?: Logger):
     for (const r of plan.regions) {
       const buf = Buffer.alloc(r.length);
       const { bytesRead } = await fh.read(buf, 0, r.length, r.offset);
-      if (bytesRead !== r.length) throw new Error(`short read of ${disk} at ${r.offset}: ${bytesRead} of ${r.length} bytes`);
+      if (bytesRead !== r.length)
+        throw new Error(`short read of ${disk} at ${r.offset}: ${bytesRead} of ${r.length} bytes`);
       out.push(buf);
     }
     return out;
@@ -95,7 +96,8 @@ export function judge(plan: SamplePlan, before: Buffer[], after: Buffer[], expec
       const block = now.subarray(at, at + BLOCK);
       if (allZero(block)) continue;
       if (expect === 'zeros') failure = `non-zero data at byte ${r.offset + at}`;
-      else if (block.equals(before[i]!.subarray(at, at + BLOCK))) failure = `the data at byte ${r.offset + at} is unchanged`;
+      else if (block.equals(before[i]!.subarray(at, at + BLOCK)))
+        failure = `the data at byte ${r.offset + at} is unchanged`;
     }
   });
   return { ok: failure === null, expect, seed: plan.seed, regions: plan.regions.length, bytes_read: bytes, failure };

@@ -23,4 +23,3 @@ export async function eraseMetadata(services: Services, disk: string, sizeBytes:
     throw new BlockDeviceEraseError(`Error erasing block device ${disk} metadata: ${errorText(err)}`);
   }
 }
-

@@ -23,8 +23,14 @@ export function hardwareManagerVersions(): Record<string, string> {
 }
 
 /** `{<kind>_steps: {GenericHardwareManager: steps}, hardware_manager_version: {…}}`, IPA's get_*_steps shape. */
-export function stepsResult(kind: 'clean' | 'deploy' | 'service', steps: readonly StepDescription[]): Record<string, unknown> {
-  return { [`${kind}_steps`]: { [HARDWARE_MANAGER_CLASS]: steps }, hardware_manager_version: hardwareManagerVersions() };
+export function stepsResult(
+  kind: 'clean' | 'deploy' | 'service',
+  steps: readonly StepDescription[],
+): Record<string, unknown> {
+  return {
+    [`${kind}_steps`]: { [HARDWARE_MANAGER_CLASS]: steps },
+    hardware_manager_version: hardwareManagerVersions(),
+  };
 }
 
 /** Throws VersionMismatch (→ CLEAN_VERSION_MISMATCH) when the conductor recorded other versions than ours. */
@@ -34,6 +40,8 @@ export function checkVersions(provided: unknown): void {
   if (typeof provided === 'object' && Object.keys(provided).length === 0) return;
   const ours = hardwareManagerVersions();
   if (!isDeepStrictEqual(provided, ours)) {
-    throw new VersionMismatch(`Current versions: ${JSON.stringify(ours)}, versions provided by node: ${JSON.stringify(provided)}`);
+    throw new VersionMismatch(
+      `Current versions: ${JSON.stringify(ours)}, versions provided by node: ${JSON.stringify(provided)}`,
+    );
   }
 }

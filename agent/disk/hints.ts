@@ -37,9 +37,23 @@ interface Range {
 }
 
 const OPERATORS: readonly Operator[] = [
-  '<range-in>', '<all-in>', '<in>', '<or>',
-  's==', 's!=', 's<=', 's>=', 's<', 's>',
-  '==', '!=', '>=', '<=', '>', '<', '=',
+  '<range-in>',
+  '<all-in>',
+  '<in>',
+  '<or>',
+  's==',
+  's!=',
+  's<=',
+  's>=',
+  's<',
+  's>',
+  '==',
+  '!=',
+  '>=',
+  '<=',
+  '>',
+  '<',
+  '=',
 ];
 const STRING_OPS = new Set<Operator>(['s==', 's!=', 's<', 's<=', 's>', 's>=', '<in>', '<all-in>', '<or>']);
 const NUMBER_OPS = new Set<Operator>(['==', '!=', '>=', '<=', '>', '<', '=', '<or>', '<range-in>']);
@@ -61,14 +75,30 @@ export function normaliseString(value: string): string {
 function splitOperator(expr: string): { op: Operator | null; values: string[] } {
   const op = OPERATORS.find((o) => expr.startsWith(o)) ?? null;
   if (!op) return { op: null, values: [expr] };
-  if (op === '<or>') return { op, values: expr.split('<or>').map((v) => v.trim()).filter((v) => v !== '') };
-  if (op === '<all-in>') return { op, values: expr.slice(op.length).trim().split(/\s+/).filter((v) => v !== '') };
+  if (op === '<or>')
+    return {
+      op,
+      values: expr
+        .split('<or>')
+        .map((v) => v.trim())
+        .filter((v) => v !== ''),
+    };
+  if (op === '<all-in>')
+    return {
+      op,
+      values: expr
+        .slice(op.length)
+        .trim()
+        .split(/\s+/)
+        .filter((v) => v !== ''),
+    };
   return { op, values: [expr.slice(op.length).trim()] };
 }
 
 function parseRange(name: string, text: string): Range {
   const m = /^([[(])\s*(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s*([\])])$/.exec(text);
-  if (!m) throw new HintError(`Root device hint "${name}" has an invalid range "${text}"; expected e.g. [10 20] or (10 20]`);
+  if (!m)
+    throw new HintError(`Root device hint "${name}" has an invalid range "${text}"; expected e.g. [10 20] or (10 20]`);
   return { loInclusive: m[1] === '[', lo: Number(m[2]), hi: Number(m[3]), hiInclusive: m[4] === ']' };
 }
 
@@ -95,10 +125,13 @@ function parseOne(name: string, raw: unknown): ParsedHint {
     return { name, kind, op: op ?? 's==', values: values.map(quote) };
   }
   if (op === '<range-in>') return { name, kind, op, values, range: parseRange(name, values[0]!) };
-  if (op && !NUMBER_OPS.has(op)) throw new HintError(`Root device hint "${name}" is a number; ${op} does not compare numbers`);
+  if (op && !NUMBER_OPS.has(op))
+    throw new HintError(`Root device hint "${name}" is a number; ${op} does not compare numbers`);
   for (const v of values) {
-    if (!/^\d+$/.test(v)) throw new HintError(`Root device hint "${name}" is not an integer value. Current value: ${String(raw)}`);
-    if (Number(v) <= 0) throw new HintError(`Root device hint "${name}" should be a positive integer. Current value: ${String(raw)}`);
+    if (!/^\d+$/.test(v))
+      throw new HintError(`Root device hint "${name}" is not an integer value. Current value: ${String(raw)}`);
+    if (Number(v) <= 0)
+      throw new HintError(`Root device hint "${name}" should be a positive integer. Current value: ${String(raw)}`);
   }
   return { name, kind, op: op ?? '==', values };
 }
@@ -107,7 +140,9 @@ function parseOne(name: string, raw: unknown): ParsedHint {
 export function parseHints(hints: Record<string, unknown>): ParsedHint[] {
   const invalid = Object.keys(hints).filter((k) => !(k in HINT_KINDS));
   if (invalid.length > 0) {
-    throw new HintError(`The hints "${invalid.join(', ')}" are invalid. Valid hints are: "${Object.keys(HINT_KINDS).join(', ')}"`);
+    throw new HintError(
+      `The hints "${invalid.join(', ')}" are invalid. Valid hints are: "${Object.keys(HINT_KINDS).join(', ')}"`,
+    );
   }
   return Object.entries(hints).map(([name, raw]) => parseOne(name, raw));
 }
@@ -115,34 +150,53 @@ export function parseHints(hints: Record<string, unknown>): ParsedHint[] {
 function compareNumbers(op: Operator, x: number, values: string[], range?: Range): boolean {
   const y = Number(values[0]);
   switch (op) {
-    case '=': case '>=': return x >= y;
-    case '==': return x === y;
-    case '!=': return x !== y;
-    case '<=': return x <= y;
-    case '<': return x < y;
-    case '>': return x > y;
-    case '<or>': return values.some((v) => Number(v) === x);
+    case '=':
+    case '>=':
+      return x >= y;
+    case '==':
+      return x === y;
+    case '!=':
+      return x !== y;
+    case '<=':
+      return x <= y;
+    case '<':
+      return x < y;
+    case '>':
+      return x > y;
+    case '<or>':
+      return values.some((v) => Number(v) === x);
     case '<range-in>': {
       const r = range!;
       return (r.loInclusive ? x >= r.lo : x > r.lo) && (r.hiInclusive ? x <= r.hi : x < r.hi);
     }
-    default: return false;
+    default:
+      return false;
   }
 }
 
 function compareStrings(op: Operator, x: string, values: string[]): boolean {
   const y = values[0]!;
   switch (op) {
-    case 's==': return x === y;
-    case 's!=': return x !== y;
-    case 's<': return x < y;
-    case 's<=': return x <= y;
-    case 's>': return x > y;
-    case 's>=': return x >= y;
-    case '<in>': return x.includes(y);
-    case '<all-in>': return values.every((v) => x.includes(v));
-    case '<or>': return values.some((v) => v === x);
-    default: return false;
+    case 's==':
+      return x === y;
+    case 's!=':
+      return x !== y;
+    case 's<':
+      return x < y;
+    case 's<=':
+      return x <= y;
+    case 's>':
+      return x > y;
+    case 's>=':
+      return x >= y;
+    case '<in>':
+      return x.includes(y);
+    case '<all-in>':
+      return values.every((v) => x.includes(v));
+    case '<or>':
+      return values.some((v) => v === x);
+    default:
+      return false;
   }
 }
 

@@ -35,7 +35,8 @@ function invalid(why: string): never {
 function intField(item: Record<string, unknown>, key: string, i: number, max: number): number | undefined {
   const v = item[key];
   if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > max) invalid(`files[${i}].${key} must be an integer from 0 to ${max}, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > max)
+    invalid(`files[${i}].${key} must be an integer from 0 to ${max}, got ${JSON.stringify(v)}`);
   return v;
 }
 
@@ -55,16 +56,22 @@ export function parseInjectFiles(files: unknown): InjectFile[] {
     if (partition !== undefined && partition !== null) {
       const okNumber = typeof partition === 'number' && Number.isInteger(partition) && partition >= 1;
       const okPath = typeof partition === 'string' && partition.startsWith('/dev/');
-      if (!okNumber && !okPath) invalid(`files[${i}].partition must be a partition number (from 1) or a /dev path, got ${JSON.stringify(partition)}`);
+      if (!okNumber && !okPath)
+        invalid(
+          `files[${i}].partition must be a partition number (from 1) or a /dev path, got ${JSON.stringify(partition)}`,
+        );
     }
-    if (deleted !== undefined && deleted !== null && typeof deleted !== 'boolean') invalid(`files[${i}].deleted must be a boolean`);
+    if (deleted !== undefined && deleted !== null && typeof deleted !== 'boolean')
+      invalid(`files[${i}].deleted must be a boolean`);
     let data: Buffer | undefined;
     if (content !== undefined && content !== null) {
       if (deleted === true) invalid(`files[${i}]: content and deleted cannot both be set`);
       if (typeof content !== 'string') invalid(`files[${i}].content must be a base64 string`);
-      if (content.includes('://')) invalid(`files[${i}].content: content URLs are not supported by this agent; give base64 content`);
+      if (content.includes('://'))
+        invalid(`files[${i}].content: content URLs are not supported by this agent; give base64 content`);
       const compact = content.replace(/\s+/g, '');
-      if (!/^[A-Za-z0-9+/]*={0,2}$/.test(compact) || compact.length % 4 !== 0) invalid(`files[${i}].content is not valid base64`);
+      if (!/^[A-Za-z0-9+/]*={0,2}$/.test(compact) || compact.length % 4 !== 0)
+        invalid(`files[${i}].content is not valid base64`);
       data = Buffer.from(compact, 'base64');
     } else if (deleted !== true) {
       invalid(`files[${i}]: either content or deleted must be given`);
@@ -85,19 +92,28 @@ export function parseInjectFiles(files: unknown): InjectFile[] {
 /** The step's argument `verify_ca` (only URL content would use it, and this agent refuses URL content). */
 export function parseVerifyCa(v: unknown): boolean {
   if (v === undefined || v === null) return true;
-  if (typeof v !== 'boolean') throw new InvalidCommandParamsError(`verify_ca must be a boolean, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'boolean')
+    throw new InvalidCommandParamsError(`verify_ca must be a boolean, got ${JSON.stringify(v)}`);
   return v;
 }
 
 function findBySpec(parts: Partition[], spec: number | string, disk: string): Partition {
   const m = typeof spec === 'string' ? BY_NAME.exec(spec) : null;
-  const found = typeof spec === 'number'
-    ? parts.find((p) => p.number === spec)
-    : m
-      ? parts.find((p) => ({ partuuid: p.partuuid, partlabel: p.partLabel, uuid: p.uuid, label: p.label })[m[1] as 'uuid']?.toLowerCase() === m[2]!.toLowerCase())
-      : parts.find((p) => p.path === spec);
+  const found =
+    typeof spec === 'number'
+      ? parts.find((p) => p.number === spec)
+      : m
+        ? parts.find(
+            (p) =>
+              ({ partuuid: p.partuuid, partlabel: p.partLabel, uuid: p.uuid, label: p.label })[
+                m[1] as 'uuid'
+              ]?.toLowerCase() === m[2]!.toLowerCase(),
+          )
+        : parts.find((p) => p.path === spec);
   if (!found) {
-    throw new DeviceNotFound(`No partition ${JSON.stringify(spec)} on the root device ${disk}; its partitions: ${parts.map((p) => p.path).join(', ') || 'none'}`);
+    throw new DeviceNotFound(
+      `No partition ${JSON.stringify(spec)} on the root device ${disk}; its partitions: ${parts.map((p) => p.path).join(', ') || 'none'}`,
+    );
   }
   return found;
 }
@@ -119,10 +135,12 @@ async function confined(root: string, relPath: string, dirmode: number | undefin
   await mkdir(dirname(target), { recursive: true, ...(dirmode !== undefined ? { mode: dirmode } : {}) });
   const parent = await realpath(dirname(target));
   const rel = relative(await realpath(root), parent);
-  if (rel.startsWith('..') || rel.startsWith(sep)) throw new InvalidCommandParamsError(`Validation of files failed: ${relPath} leads outside its partition`);
+  if (rel.startsWith('..') || rel.startsWith(sep))
+    throw new InvalidCommandParamsError(`Validation of files failed: ${relPath} leads outside its partition`);
   const final = join(parent, target.slice(dirname(target).length + 1));
   const st = await lstat(final).catch(() => null);
-  if (st?.isSymbolicLink()) throw new InvalidCommandParamsError(`Validation of files failed: ${relPath} is a symlink in the image`);
+  if (st?.isSymbolicLink())
+    throw new InvalidCommandParamsError(`Validation of files failed: ${relPath} is a symlink in the image`);
   return final;
 }
 
@@ -138,7 +156,11 @@ async function applyOne(root: string, f: InjectFile): Promise<void> {
 }
 
 /** Applies the files to the root disk's partitions; returns what went where for the log. */
-export async function injectFiles(services: AgentServices, files: InjectFile[], hints?: Record<string, unknown>): Promise<string[]> {
+export async function injectFiles(
+  services: AgentServices,
+  files: InjectFile[],
+  hints?: Record<string, unknown>,
+): Promise<string[]> {
   if (files.length === 0) return [];
   const disk = await chooseRootDevice(services, hints);
   const verdict = await services.guard.verdict(disk.path);
@@ -152,13 +174,25 @@ export async function injectFiles(services: AgentServices, files: InjectFile[], 
       const first = f.path.split('/').filter((c) => c !== '')[0]!;
       const top = f.path.split('/').filter((c) => c !== '').length === 1 ? '' : first;
       for (const p of parts.filter((x) => x.fstype && x.fstype !== 'swap')) {
-        const has = await withMounted(services, p, async (root) => top === '' || (await lstat(join(root, top)).then(() => true, () => false)));
+        const has = await withMounted(
+          services,
+          p,
+          async (root) =>
+            top === '' ||
+            (await lstat(join(root, top)).then(
+              () => true,
+              () => false,
+            )),
+        );
         if (has) {
           part = p;
           break;
         }
       }
-      if (!part) throw new DeviceNotFound(`No partition of ${disk.path} holds ${top === '' ? 'a filesystem' : `/${top}`} for ${f.path}`);
+      if (!part)
+        throw new DeviceNotFound(
+          `No partition of ${disk.path} holds ${top === '' ? 'a filesystem' : `/${top}`} for ${f.path}`,
+        );
     }
     await withMounted(services, part, (root) => applyOne(root, f));
     done.push(`${f.deleted ? 'deleted' : 'wrote'} ${f.path} on ${part.path}`);

@@ -33,7 +33,8 @@ export async function identifyController(disk: string, log?: Logger): Promise<Nv
   } catch {
     throw new BlockDeviceEraseError(`nvme-cli printed something that is not JSON for device ${disk}`);
   }
-  if (Object.keys(doc).length === 0) throw new BlockDeviceEraseError(`nvme-cli did not return any information for device: ${disk}`);
+  if (Object.keys(doc).length === 0)
+    throw new BlockDeviceEraseError(`nvme-cli did not return any information for device: ${disk}`);
   const num = (k: string) => (Number.isInteger(doc[k]) ? (doc[k] as number) : 0);
   return { oacs: num('oacs'), fna: num('fna'), sanicap: num('sanicap') };
 }
@@ -55,7 +56,8 @@ export async function nvmeSecureErase(disk: string, name: string, opts: NvmeOpti
   const ctrl = nvmeController(name);
   if (!ctrl) throw new BlockDeviceEraseError(`${disk} is not an NVMe namespace; only whole namespaces are formatted`);
   const id = await identifyController(disk, log);
-  if ((id.oacs & 0b10) === 0) throw new BlockDeviceEraseError(`nvme-cli did not return any supported format modes for device: ${disk}`);
+  if ((id.oacs & 0b10) === 0)
+    throw new BlockDeviceEraseError(`nvme-cli did not return any supported format modes for device: ${disk}`);
   const crypto = (id.fna & 0b100) !== 0;
   if ((id.fna & 0b1) !== 0) {
     const others = (await namespaces(ctrl)).filter((ns) => ns !== name && !opts.erasing.has(ns));

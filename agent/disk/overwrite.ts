@@ -13,7 +13,12 @@ export interface OverwriteProgress {
   total: number;
 }
 
-async function onePass(disk: string, sizeBytes: number, next: () => Buffer, report: (bytes: number) => void): Promise<void> {
+async function onePass(
+  disk: string,
+  sizeBytes: number,
+  next: () => Buffer,
+  report: (bytes: number) => void,
+): Promise<void> {
   const fh = await open(disk, 'r+');
   try {
     for (let at = 0; at < sizeBytes; at += CHUNK) {

@@ -61,6 +61,9 @@ export function tailPlacement(region: Region, sizeBytes: number, sectorSize: num
 /** MBR: the free region after the last partition, within the 2^32-sector limit of the format. */
 export function mbrTailRegion(entries: readonly TableEntry[], diskBytes: number, sectorSize: number): Region {
   const total = Math.min(Math.floor(diskBytes / sectorSize), 2 ** 32);
-  const usedEnd = entries.reduce((end, e) => Math.max(end, Math.ceil((e.start + e.size) / sectorSize)), Math.ceil(MiB / sectorSize));
+  const usedEnd = entries.reduce(
+    (end, e) => Math.max(end, Math.ceil((e.start + e.size) / sectorSize)),
+    Math.ceil(MiB / sectorSize),
+  );
   return { first: usedEnd, last: total - 1 };
 }

@@ -31,7 +31,10 @@ export async function findEsp(services: Pick<AgentServices, 'log'>, disk: string
   return (await listPartitions(disk, services.log)).find(isEsp) ?? null;
 }
 
-export async function readPartitionUuids(services: Pick<AgentServices, 'log'>, disk: string): Promise<Record<string, string>> {
+export async function readPartitionUuids(
+  services: Pick<AgentServices, 'log'>,
+  disk: string,
+): Promise<Record<string, string>> {
   const out: Record<string, string> = { 'root uuid': await diskIdentifier(disk) };
   const esp = await findEsp(services, disk);
   // IPA reports the filesystem UUID when there is one, else the partition's own UUID.

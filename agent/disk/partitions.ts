@@ -51,7 +51,12 @@ async function isBlockDevice(path: string): Promise<boolean> {
  * busy or the whole-table re-read (BLKRRPART) is refused; the re-read is the fallback. `synced`: the caller
  * flushed its own writes already, so the system-wide `sync` first is not needed.
  */
-export async function rescanPartitions(disk: string, log?: Logger, expect: number[] = [], opts: { synced?: boolean } = {}): Promise<void> {
+export async function rescanPartitions(
+  disk: string,
+  log?: Logger,
+  expect: number[] = [],
+  opts: { synced?: boolean } = {},
+): Promise<void> {
   if (!opts.synced) await run('sync', [], { log });
   const diskName = kernelNameOf(disk);
   const ready = async (): Promise<boolean> => {
@@ -77,7 +82,9 @@ export async function rescanPartitions(disk: string, log?: Logger, expect: numbe
     }
   }
   const want = expect.map((n) => `/dev/${partitionName(diskName, n)}`).join(', ');
-  throw new BlockDeviceError(`partitions ${want} of ${disk} did not appear after re-reading the table${errors.length ? `: ${errors.at(-1)}` : ''}`);
+  throw new BlockDeviceError(
+    `partitions ${want} of ${disk} did not appear after re-reading the table${errors.length ? `: ${errors.at(-1)}` : ''}`,
+  );
 }
 
 /** The partition-table type of a disk: `gpt`, `dos`, or null when there is none. */

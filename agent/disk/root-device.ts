@@ -53,7 +53,9 @@ export async function chooseRootDevice(services: AgentServices, hints?: Record<s
   if (parsed) {
     chosen = usable.find((d) => matchesHints(ipaView(d), parsed));
     if (!chosen) {
-      throw new DeviceNotFound(`No suitable device was found for deployment using these hints ${JSON.stringify(given)}. Devices seen: ${seenText}`);
+      throw new DeviceNotFound(
+        `No suitable device was found for deployment using these hints ${JSON.stringify(given)}. Devices seen: ${seenText}`,
+      );
     }
   } else {
     chosen = [...usable]

@@ -12,7 +12,9 @@ export function parseHintsOrThrow(hints: Record<string, unknown>, what: string):
     return parseHints(hints);
   } catch (err) {
     if (err instanceof HintError) {
-      throw new DeviceNotFound(`No suitable device was found for deployment using ${what} ${JSON.stringify(hints)} because they failed to validate: ${err.message}`);
+      throw new DeviceNotFound(
+        `No suitable device was found for deployment using ${what} ${JSON.stringify(hints)} because they failed to validate: ${err.message}`,
+      );
     }
     throw err;
   }
@@ -21,7 +23,9 @@ export function parseHintsOrThrow(hints: Record<string, unknown>, what: string):
 export type SkipTest = (dev: BlockDevice) => boolean;
 
 export function skipList(services: Pick<AgentServices, 'config' | 'state'>): SkipTest {
-  const sets = services.config.disks.skipBlockDevices.map((path) => parseHintsOrThrow({ name: path }, 'skip_block_devices'));
+  const sets = services.config.disks.skipBlockDevices.map((path) =>
+    parseHintsOrThrow({ name: path }, 'skip_block_devices'),
+  );
   const list = services.state.status.node?.properties?.skip_block_devices;
   for (const entry of Array.isArray(list) ? list : []) {
     if (!isObject(entry) || 'volume_name' in entry) continue;

@@ -30,7 +30,9 @@ export class HostActions extends EventEmitter<HostActionEvents> {
   async sync(devices: readonly string[] = []): Promise<void> {
     await run('sync', [], { log: this.log });
     if (this.mode === 'real') {
-      await writeFile('/proc/sys/vm/drop_caches', '3').catch((e) => this.log.warn({ err: errorText(e) }, 'drop_caches failed'));
+      await writeFile('/proc/sys/vm/drop_caches', '3').catch((e) =>
+        this.log.warn({ err: errorText(e) }, 'drop_caches failed'),
+      );
     }
     for (const dev of devices) {
       await run('blockdev', ['--flushbufs', dev], { log: this.log }).catch((e) =>
@@ -58,7 +60,8 @@ export class HostActions extends EventEmitter<HostActionEvents> {
     this.log.info({ reason, mode: this.mode }, 'agent going quiet');
     setTimeout(() => {
       this.emit('quiesce', reason);
-      if (reason === 'lockdown') this.nicsDown().catch((err) => this.log.error({ err: errorText(err) }, 'lockdown: taking NICs down failed'));
+      if (reason === 'lockdown')
+        this.nicsDown().catch((err) => this.log.error({ err: errorText(err) }, 'lockdown: taking NICs down failed'));
     }, delayMs).unref();
   }
 
@@ -69,7 +72,9 @@ export class HostActions extends EventEmitter<HostActionEvents> {
       return;
     }
     for (const nic of nics) {
-      await run('ip', ['link', 'set', nic, 'down'], { log: this.log }).catch((e) => this.log.warn({ nic, err: errorText(e) }, 'ip link set down failed'));
+      await run('ip', ['link', 'set', nic, 'down'], { log: this.log }).catch((e) =>
+        this.log.warn({ nic, err: errorText(e) }, 'ip link set down failed'),
+      );
     }
     this.log.info({ nics }, 'lockdown: network interfaces down');
   }

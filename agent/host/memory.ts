@@ -24,7 +24,10 @@ async function text(path: string): Promise<string | null> {
 }
 
 async function exists(path: string): Promise<boolean> {
-  return stat(path).then(() => true, () => false);
+  return stat(path).then(
+    () => true,
+    () => false,
+  );
 }
 
 export async function memAvailable(paths: MemoryPaths = SYSTEM_MEMORY_PATHS): Promise<number | null> {
@@ -47,7 +50,13 @@ async function flavour(paths: MemoryPaths): Promise<Flavour | null> {
   const v2 = lines.find((l) => l.startsWith('0::'));
   if (v2 !== undefined && (await exists(join(paths.cgroupRoot, 'cgroup.controllers')))) {
     const top = paths.cgroupRoot;
-    return { leaf: await within(top, v2.slice(3)), top, limit: 'memory.max', usage: 'memory.current', inactiveFile: /^inactive_file (\d+)$/m };
+    return {
+      leaf: await within(top, v2.slice(3)),
+      top,
+      limit: 'memory.max',
+      usage: 'memory.current',
+      inactiveFile: /^inactive_file (\d+)$/m,
+    };
   }
   const v1 = lines.map((l) => l.split(':')).find((f) => f.length >= 3 && f[1]!.split(',').includes('memory'));
   if (v1) {
@@ -91,7 +100,9 @@ export async function cgroupRoom(paths: MemoryPaths = SYSTEM_MEMORY_PATHS): Prom
 }
 
 /** What the agent may still fill: the lesser of MemAvailable and its cgroups' room; null when neither is known. */
-export async function availableMemory(paths: MemoryPaths = SYSTEM_MEMORY_PATHS): Promise<{ bytes: number; limitedBy: 'host' | 'cgroup' } | null> {
+export async function availableMemory(
+  paths: MemoryPaths = SYSTEM_MEMORY_PATHS,
+): Promise<{ bytes: number; limitedBy: 'host' | 'cgroup' } | null> {
   const [host, cgroup] = await Promise.all([memAvailable(paths), cgroupRoom(paths)]);
   if (cgroup !== null && (host === null || cgroup < host)) return { bytes: cgroup, limitedBy: 'cgroup' };
   return host === null ? null : { bytes: host, limitedBy: 'host' };

@@ -10,7 +10,8 @@ import type { Logger } from '../log.ts';
 export function pstoreMountPoint(mounts: string): string | undefined {
   for (const line of mounts.split('\n')) {
     const [, target, type] = line.split(/\s+/);
-    if (type === 'pstore' && target) return target.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+    if (type === 'pstore' && target)
+      return target.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
   }
   return undefined;
 }

@@ -10,7 +10,9 @@ export const RESCUE_USER = 'rescue';
 export const CRYPT_HASH = /^\$[56]\$(rounds=\d{4,9}\$)?[./A-Za-z0-9]{1,16}\$[./A-Za-z0-9]{43,86}$/;
 
 async function readLines(file: string): Promise<string[]> {
-  const text = await readFile(file, 'utf8').catch((e: NodeJS.ErrnoException) => (e.code === 'ENOENT' ? '' : Promise.reject(e)));
+  const text = await readFile(file, 'utf8').catch((e: NodeJS.ErrnoException) =>
+    e.code === 'ENOENT' ? '' : Promise.reject(e),
+  );
   return text.split('\n').filter((l) => l !== '');
 }
 
@@ -41,11 +43,16 @@ export async function setRescuePassword(root: string, hash: string, now = Date.n
     while (taken.has(id)) id++;
     entry = `${RESCUE_USER}:x:${id}:${id}:rescue:/home/${RESCUE_USER}:/bin/sh`;
     await replaceFile(join(etc, 'passwd'), [...passwd, entry], 0o644);
-    if (!group.some((l) => l.split(':')[0] === RESCUE_USER)) await replaceFile(join(etc, 'group'), [...group, `${RESCUE_USER}:x:${id}:`], 0o644);
+    if (!group.some((l) => l.split(':')[0] === RESCUE_USER))
+      await replaceFile(join(etc, 'group'), [...group, `${RESCUE_USER}:x:${id}:`], 0o644);
     await mkdir(join(root, 'home', RESCUE_USER), { recursive: true, mode: 0o700 });
   }
   const days = Math.floor(now / 86_400_000);
   const shadow = await readLines(join(etc, 'shadow'));
-  await replaceFile(join(etc, 'shadow'), upsert(shadow, RESCUE_USER, `${RESCUE_USER}:${hash}:${days}:0:99999:7:::`), 0o640);
+  await replaceFile(
+    join(etc, 'shadow'),
+    upsert(shadow, RESCUE_USER, `${RESCUE_USER}:${hash}:${days}:0:99999:7:::`),
+    0o640,
+  );
   await writeFile(join(etc, '.rescued'), '');
 }

@@ -40,17 +40,26 @@ async function readEnds(file: string, size: number): Promise<{ head: Buffer; tai
  * Reads the image's header and footer, and refuses it unless it is an allowed format that fits the device
  * (and, for qcow2, holds every cluster its tables name).
  */
-export async function inspectBuffer(file: string, declared: string | undefined, config: Config, device: SinkTarget): Promise<InspectedBuffer> {
+export async function inspectBuffer(
+  file: string,
+  declared: string | undefined,
+  config: Config,
+  device: SinkTarget,
+): Promise<InspectedBuffer> {
   const size = (await stat(file)).size;
   const { head, tail } = await readEnds(file, size);
   const found = inspectImage(head, tail);
   refuseUnsafe(found, declared, config.image.permittedFormats, !config.image.disableDeepInspection);
   const virtualSize = found.format === 'raw' ? size : found.virtualSize;
-  if (virtualSize === undefined) throw new InvalidImage(`Security: the ${found.format} header does not state a virtual size`);
+  if (virtualSize === undefined)
+    throw new InvalidImage(`Security: the ${found.format} header does not state a virtual size`);
   if (virtualSize > device.size) {
-    throw new ImageWriteError(`the image's virtual size (${virtualSize} bytes) is larger than ${device.path} (${device.size} bytes)`, {
-      tooLarge: true,
-    });
+    throw new ImageWriteError(
+      `the image's virtual size (${virtualSize} bytes) is larger than ${device.path} (${device.size} bytes)`,
+      {
+        tooLarge: true,
+      },
+    );
   }
   if (found.format === 'qcow2') await assertQcow2Within(file, size);
   if (device.precheck) await precheck(device.precheck, file, found.format, head, size);
@@ -67,7 +76,13 @@ async function readFileAt(file: string, offset: number, length: number): Promise
 }
 
 /** Runs the target's precheck on the image as it will be on the device: the file itself, or what a qcow2 describes. */
-async function precheck(check: (image: ImageView) => Promise<void>, file: string, format: string, head: Buffer, size: number): Promise<void> {
+async function precheck(
+  check: (image: ImageView) => Promise<void>,
+  file: string,
+  format: string,
+  head: Buffer,
+  size: number,
+): Promise<void> {
   if (format === 'raw') return check({ head, read: (offset, length) => readFileAt(file, offset, length) });
   // Other formats' contents are not read here; the checks after the write still apply to them.
   if (format !== 'qcow2') return;
@@ -106,7 +121,9 @@ export function bufferChecksum(
 ) {
   if (inline !== null) verifyDigest(expected, inline, where.imageId, where.url);
   const checked =
-    inline === null ? hash.digestOfFile(file).then((digest) => verifyDigest(expected, digest, where.imageId, where.url)) : null;
+    inline === null
+      ? hash.digestOfFile(file).then((digest) => verifyDigest(expected, digest, where.imageId, where.url))
+      : null;
   // Nobody waits for it when the disk cannot even be prepared; its failure must not go unhandled then.
   checked?.catch(() => undefined);
   let waited = false;

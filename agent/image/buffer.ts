@@ -21,7 +21,11 @@ export interface BufferBudget {
 }
 
 /** How big the buffer may grow; refuses at once when `expectedBytes` (if known) cannot fit. */
-export async function bufferBudget(dir: string, expectedBytes: number | undefined, memory: MemoryPaths = SYSTEM_MEMORY_PATHS): Promise<BufferBudget> {
+export async function bufferBudget(
+  dir: string,
+  expectedBytes: number | undefined,
+  memory: MemoryPaths = SYSTEM_MEMORY_PATHS,
+): Promise<BufferBudget> {
   let st: Awaited<ReturnType<typeof statfs>>;
   try {
     st = await statfs(dir);
@@ -73,7 +77,10 @@ const inUse = new Set<string>();
  * contributes harmless characters. `discardBuffer` deletes it.
  */
 export function bufferPath(dir: string, imageId: string): string {
-  const safe = imageId.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\.+/, '').slice(0, 64);
+  const safe = imageId
+    .replace(/[^A-Za-z0-9._-]/g, '_')
+    .replace(/^\.+/, '')
+    .slice(0, 64);
   const path = join(dir, `ina-image-${OWNER}-${safe}-${randomBytes(4).toString('hex')}`);
   inUse.add(path);
   return path;

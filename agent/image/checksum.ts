@@ -3,7 +3,16 @@
 import { ImageChecksumError, ImageDownloadError } from '../errors.ts';
 
 /** Node's names for the algorithms an image may be verified with. */
-export type ImageHashAlgo = 'md5' | 'sha1' | 'sha224' | 'sha256' | 'sha384' | 'sha512' | 'sha3-256' | 'sha3-512' | 'blake2b512';
+export type ImageHashAlgo =
+  | 'md5'
+  | 'sha1'
+  | 'sha224'
+  | 'sha256'
+  | 'sha384'
+  | 'sha512'
+  | 'sha3-256'
+  | 'sha3-512'
+  | 'blake2b512';
 
 // Glance/Python names on the left, Node's on the right.
 const KNOWN: Record<string, ImageHashAlgo> = {
@@ -31,7 +40,15 @@ export function algoForDigest(digest: string): ImageHashAlgo | undefined {
 
 /** Hex characters in each algorithm's digest. */
 export const DIGEST_HEX_LENGTH: Record<ImageHashAlgo, number> = {
-  md5: 32, sha1: 40, sha224: 56, sha256: 64, sha384: 96, sha512: 128, 'sha3-256': 64, 'sha3-512': 128, blake2b512: 128,
+  md5: 32,
+  sha1: 40,
+  sha224: 56,
+  sha256: 64,
+  sha384: 96,
+  sha512: 128,
+  'sha3-256': 64,
+  'sha3-512': 128,
+  blake2b512: 128,
 };
 
 export const HEX = /^[0-9a-f]+$/i;
@@ -50,7 +67,10 @@ function escapeRegExp(s: string): string {
  * a BSD line (`ALGO (name) = <hex>`). Comment lines (`#`) are skipped; the first match wins.
  */
 export function parseChecksumFile(text: string, fileNames: readonly string[], source: string): string {
-  const lines = text.split(/\r?\n/).map((l) => l.trim()).filter((l) => l !== '');
+  const lines = text
+    .split(/\r?\n/)
+    .map((l) => l.trim())
+    .filter((l) => l !== '');
   if (lines.length === 0) throw new ImageDownloadError(`Empty checksum file ${source}`);
   if (lines.length === 1 && !/\s/.test(lines[0]!)) {
     if (isDigest(lines[0]!)) return lines[0]!.toLowerCase();
@@ -81,7 +101,11 @@ export interface ExpectedDigest {
 }
 
 /** Combines the declared algorithm (if any) with the digest; refuses md5 when it is disabled. */
-export function expectedDigest(declared: ImageHashAlgo | undefined, digest: string, md5Enabled: boolean): ExpectedDigest {
+export function expectedDigest(
+  declared: ImageHashAlgo | undefined,
+  digest: string,
+  md5Enabled: boolean,
+): ExpectedDigest {
   const value = digest.trim().toLowerCase();
   if (!HEX.test(value)) throw new ImageChecksumError(`Expected checksum is not a hex digest: ${digest}`);
   const algo = declared ?? algoForDigest(value);
@@ -91,7 +115,9 @@ export function expectedDigest(declared: ImageHashAlgo | undefined, digest: stri
     );
   }
   if (algo === 'md5' && !md5Enabled) {
-    throw new ImageChecksumError('MD5 checksums are disabled on this agent (ipa-md5-enabled=false); use sha256 or sha512');
+    throw new ImageChecksumError(
+      'MD5 checksums are disabled on this agent (ipa-md5-enabled=false); use sha256 or sha512',
+    );
   }
   return { algo, digest: value };
 }

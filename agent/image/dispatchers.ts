@@ -44,7 +44,10 @@ export function bypassesProxy(url: URL, noProxy: string | undefined): boolean {
       continue;
     }
     // A bare IPv6 address has several colons and no port; a port needs the bracketed form.
-    const m = (entry.split(':').length > 2 && !entry.startsWith('[')) ? [entry, entry] : /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(entry);
+    const m =
+      entry.split(':').length > 2 && !entry.startsWith('[')
+        ? [entry, entry]
+        : /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(entry);
     if (!m) continue;
     if (m[2] && m[2] !== port) continue;
     const name = m[1]!.replace(/^\[|\]$/g, '').replace(/^\*?\./, '');

@@ -115,7 +115,9 @@ export function decodedHeadGate(kind: Compressed, bytes: number, check: (head: B
         held.push(r.value);
         heldBytes += r.value.length;
         if (heldBytes > MAX_HELD_BYTES) {
-          throw new InvalidImage(`the first ${MAX_HELD_BYTES} bytes of the ${kind} image decode to less than ${bytes} bytes`);
+          throw new InvalidImage(
+            `the first ${MAX_HELD_BYTES} bytes of the ${kind} image decode to less than ${bytes} bytes`,
+          );
         }
         await probe.feed(r.value);
       }
@@ -134,13 +136,21 @@ export function gateFor(compression: Compression, bytes: number, check: Check) {
 }
 
 /** Refuses an image whose header is unsafe or, with `deep`, is not the declared or a permitted format. */
-export function refuseUnsafe(found: ImageInspection, declared: string | undefined, permitted: readonly string[], deep: boolean): void {
-  if (found.unsafe.length > 0) throw new InvalidImage(`Security: Image failed safety check: ${found.unsafe.join('; ')}`);
+export function refuseUnsafe(
+  found: ImageInspection,
+  declared: string | undefined,
+  permitted: readonly string[],
+  deep: boolean,
+): void {
+  if (found.unsafe.length > 0)
+    throw new InvalidImage(`Security: Image failed safety check: ${found.unsafe.join('; ')}`);
   if (!deep) return;
   if (declared && declared !== 'unknown' && declared !== found.format) {
     throw new InvalidImage(`Security: Expected format was ${declared}, but image was actually ${found.format}`);
   }
   if (!permitted.includes(found.format)) {
-    throw new InvalidImage(`Security: Detected image format was ${found.format}, but only ${permitted.join(', ')} are allowed`);
+    throw new InvalidImage(
+      `Security: Detected image format was ${found.format}, but only ${permitted.join(', ')} are allowed`,
+    );
   }
 }

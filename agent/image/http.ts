@@ -32,7 +32,11 @@ export function retryAfterMs(res: Response, now: number): number {
  * Reads `body` up to `max` bytes. Past that, the body is dropped and `tooLong` decides: null keeps what was
  * read (an error message's excerpt); an error is thrown.
  */
-export async function readBounded(body: AsyncIterable<Buffer> & { destroy(): void }, max: number, tooLong: () => Error | null): Promise<Buffer> {
+export async function readBounded(
+  body: AsyncIterable<Buffer> & { destroy(): void },
+  max: number,
+  tooLong: () => Error | null,
+): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let size = 0;
   try {
@@ -72,7 +76,8 @@ export function entityChange(first: Response, partial: Response, total: string, 
   }
   // RFC 9110 has a 206 repeat the ETag a 200 would carry; one that drops a strong ETag cannot be matched.
   const etag = header(first, 'etag');
-  if (etag !== undefined && !etag.startsWith('W/') && header(partial, 'etag') === undefined) return 'the partial answer carries no etag';
+  if (etag !== undefined && !etag.startsWith('W/') && header(partial, 'etag') === undefined)
+    return 'the partial answer carries no etag';
   return null;
 }
 
@@ -93,7 +98,10 @@ export function contentCoding(res: Response): ContentCoding | null {
   if (!coding || coding === 'identity') return null;
   if (coding === 'gzip' || coding === 'x-gzip') return 'gzip';
   if (coding === 'deflate' || coding === 'br') return coding;
-  throw new ImageDownloadError(`the server sent the body with Content-Encoding ${coding}, which the agent cannot decode`, { restartable: false });
+  throw new ImageDownloadError(
+    `the server sent the body with Content-Encoding ${coding}, which the agent cannot decode`,
+    { restartable: false },
+  );
 }
 
 /** Undoes a content-coding over the (already resumed and spliced) wire body. */
@@ -120,6 +128,11 @@ export class ImageHttp {
     // image_info's own authorization (image_server_auth_strategy) wins over credentials in the URL.
     const authorization = this.authorization ?? target.authorization;
     if (authorization) headers.authorization = authorization;
-    return request(target.url, { method: 'GET', headers, dispatcher: this.dispatchers.forUrl(new URL(target.url)), signal: this.signal });
+    return request(target.url, {
+      method: 'GET',
+      headers,
+      dispatcher: this.dispatchers.forUrl(new URL(target.url)),
+      signal: this.signal,
+    });
   }
 }

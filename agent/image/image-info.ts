@@ -74,7 +74,9 @@ function parseChecksum(info: Record<string, unknown>, policy: ImageInfoPolicy): 
       const isUrl = isHttpUrl(value);
       // Found out only after downloading (and clearing the disk), a digest that cannot match is refused now.
       if (!isUrl && !(HEX.test(value) && value.length === DIGEST_HEX_LENGTH[algo])) {
-        throw bad(`image_info 'os_hash_value' is not a ${algo} digest (${DIGEST_HEX_LENGTH[algo]} hex characters): ${value.slice(0, 200)}`);
+        throw bad(
+          `image_info 'os_hash_value' is not a ${algo} digest (${DIGEST_HEX_LENGTH[algo]} hex characters): ${value.slice(0, 200)}`,
+        );
       }
       return { algo, value, isUrl, field: 'os_hash_value' };
     }
@@ -86,7 +88,9 @@ function parseChecksum(info: Record<string, unknown>, policy: ImageInfoPolicy): 
     if (isUrl || value.length > 32 || policy.md5Enabled) {
       // Its length names its algorithm (IPA's rule); a length that names none can never match.
       if (!isUrl && !(HEX.test(value) && algoForDigest(value))) {
-        throw bad(`image_info 'checksum' is not an md5, sha256 or sha512 digest (32, 64 or 128 hex characters): ${value.slice(0, 200)}`);
+        throw bad(
+          `image_info 'checksum' is not an md5, sha256 or sha512 digest (32, 64 or 128 hex characters): ${value.slice(0, 200)}`,
+        );
       }
       return { value, isUrl, field: 'checksum' };
     }

@@ -57,7 +57,9 @@ function qcow2ExtensionProblems(head: Buffer, headerLength: number): string[] {
     const length = head.readUInt32BE(at + 4);
     if (type === 0) return [];
     if (type === QCOW2_EXT_DATA_FILE) {
-      return [`qcow2 image names an external data file: ${head.toString('utf8', at + 8, Math.min(head.length, at + 8 + length))}`];
+      return [
+        `qcow2 image names an external data file: ${head.toString('utf8', at + 8, Math.min(head.length, at + 8 + length))}`,
+      ];
     }
     at += 8 + Math.ceil(length / 8) * 8;
   }
@@ -71,8 +73,12 @@ function qcow2ExtensionProblems(head: Buffer, headerLength: number): string[] {
 function vmdkDescriptorProblems(text: string): string[] {
   const problems: string[] = [];
   const type = /^createType\s*=\s*"([^"]*)"/m.exec(text)?.[1];
-  if (type !== 'monolithicSparse' && type !== 'streamOptimized') problems.push(`vmdk create type ${type ?? '(none)'} is not a single sparse file`);
-  const extents = text.split('\n').map((l) => l.trim()).filter((l) => /^(RW|RDONLY|NOACCESS)\s/.test(l));
+  if (type !== 'monolithicSparse' && type !== 'streamOptimized')
+    problems.push(`vmdk create type ${type ?? '(none)'} is not a single sparse file`);
+  const extents = text
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => /^(RW|RDONLY|NOACCESS)\s/.test(l));
   if (extents.length !== 1 || !/^\S+\s+\d+\s+SPARSE(\s|$)/.test(extents[0]!)) {
     problems.push(`vmdk extents other than one sparse extent: ${extents.join('; ') || '(none)'}`);
   }
@@ -95,10 +101,15 @@ function inspectVmdk(head: Buffer): ImageInspection {
   const sectors = Number(head.readBigUInt64LE(36));
   // A header pointing elsewhere could show this check a harmless text while qemu reads another.
   if (sector !== VMDK_DESCRIPTOR_SECTOR || sectors === 0) {
-    return { format: 'vmdk', virtualSize, unsafe: [`vmdk descriptor at sector ${sector} (${sectors} sectors), not where qemu reads it`] };
+    return {
+      format: 'vmdk',
+      virtualSize,
+      unsafe: [`vmdk descriptor at sector ${sector} (${sectors} sectors), not where qemu reads it`],
+    };
   }
   const end = (sector + sectors) * 512;
-  if (end > head.length) return { format: 'vmdk', virtualSize, unsafe: ['vmdk descriptor lies beyond the inspected header'] };
+  if (end > head.length)
+    return { format: 'vmdk', virtualSize, unsafe: ['vmdk descriptor lies beyond the inspected header'] };
   const text = head.toString('latin1', sector * 512, end).replace(/\0+$/, '');
   return { format: 'vmdk', virtualSize, unsafe: vmdkDescriptorProblems(text) };
 }
@@ -123,4 +134,3 @@ export function inspectImage(head: Buffer, tail?: Buffer): ImageInspection {
   if (has(head, 32769, 'CD001') && !hasBootSignature(head)) return { format: 'iso', unsafe: [] };
   return { format: 'raw', unsafe: [] };
 }
-

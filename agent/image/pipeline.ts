@@ -60,7 +60,8 @@ const ROUTES: Record<'stream' | 'qcow2' | 'buffer', Route> = {
   stream: {
     phase: 'stream',
     hashInline: () => true,
-    sink: (kind, { target }) => (kind === 'none' ? BlockDeviceSink.open(target, { inspected: false }) : DecoderPipe.start(kind, target)),
+    sink: (kind, { target }) =>
+      kind === 'none' ? BlockDeviceSink.open(target, { inspected: false }) : DecoderPipe.start(kind, target),
   },
   // qcow2, plain or packed, through the streaming reader; what it cannot take goes the buffered route.
   qcow2: {
@@ -71,7 +72,8 @@ const ROUTES: Record<'stream' | 'qcow2' | 'buffer', Route> = {
   buffer: {
     phase: 'download',
     hashInline: (kind) => kind !== 'none',
-    sink: (kind, { job, buffer }) => new BufferFileSink(buffer!.file, buffer!.limit, kind, job.services.config.image.bufferDir),
+    sink: (kind, { job, buffer }) =>
+      new BufferFileSink(buffer!.file, buffer!.limit, kind, job.services.config.image.bufferDir),
   },
 };
 
@@ -96,7 +98,12 @@ export async function writeImage(job: PipelineJob): Promise<{ path: keyof typeof
     clock,
     cancel: job.signal,
   });
-  let path: keyof typeof ROUTES = job.info.streamRaw && job.info.diskFormat === 'raw' ? 'stream' : streamsQcow2(job.info, config.image) ? 'qcow2' : 'buffer';
+  let path: keyof typeof ROUTES =
+    job.info.streamRaw && job.info.diskFormat === 'raw'
+      ? 'stream'
+      : streamsQcow2(job.info, config.image)
+        ? 'qcow2'
+        : 'buffer';
   try {
     if (job.info.checksum.isUrl) job.meter.start('checksum', null);
     const expected = await expectedChecksum(job.info, transfer, config.image.md5Enabled);
@@ -153,7 +160,11 @@ function tap(hash: HashWorker | null, meter: ProgressMeter) {
  * Drives one sink: `body` calls `accept` with the head (through the gate) and writes. The sink is released
  * however it ends and, after a failure once its head was accepted, wiped (a failed wipe is logged).
  */
-async function drive<I>(sink: Sink<I>, log: Logger, body: (accept: (head: Buffer, facts: HeadFacts) => Promise<void>) => Promise<void>): Promise<void> {
+async function drive<I>(
+  sink: Sink<I>,
+  log: Logger,
+  body: (accept: (head: Buffer, facts: HeadFacts) => Promise<void>) => Promise<void>,
+): Promise<void> {
   let touched = false;
   try {
     await body(async (head, facts) => {
@@ -163,7 +174,10 @@ async function drive<I>(sink: Sink<I>, log: Logger, body: (accept: (head: Buffer
   } catch (err) {
     // Whatever reached the target is unverified: once the last write landed, leave nothing that looks bootable.
     await sink.release();
-    if (touched) await sink.wipe().catch((e) => log.warn({ sink: sink.name, err: errorText(e) }, 'could not clear a partly written image'));
+    if (touched)
+      await sink
+        .wipe()
+        .catch((e) => log.warn({ sink: sink.name, err: errorText(e) }, 'could not clear a partly written image'));
     throw err;
   } finally {
     await sink.release();
@@ -176,24 +190,39 @@ function cancelOption(job: PipelineJob): { signal?: AbortSignal } {
 }
 
 /** One pass of source ─▶ sniff ─▶ tap ─▶ gate ─▶ sink; `after` runs before the sink counts as done (verification). */
-async function pour(image: OpenedImage, route: Route, leg: Leg, hash: HashWorker, after: (r: SinkResult) => Promise<void>) {
+async function pour(
+  image: OpenedImage,
+  route: Route,
+  leg: Leg,
+  hash: HashWorker,
+  after: (r: SinkResult) => Promise<void>,
+) {
   const { meter, services } = leg.job;
-  return pipeline(image.body, async (downloaded: AsyncIterable<Buffer>) => {
-    const sniffed = await sniffCompression(downloaded);
-    const facts: HeadFacts = { totalBytes: image.totalBytes, compression: sniffed.kind };
-    const sink = await route.sink(sniffed.kind, leg);
-    let result!: SinkResult;
-    await drive(sink, services.log, async (accept) => {
-      const tapped = tap(route.hashInline(sniffed.kind) ? hash : null, meter)(sniffed.chunks);
-      await sink.write(gateFor(sniffed.kind, sink.headBytes, (head) => accept(head, facts))(tapped));
-      result = await sink.finish();
-      await after(result);
-    });
-    return { result, compression: sniffed.kind };
-  }, cancelOption(leg.job));
+  return pipeline(
+    image.body,
+    async (downloaded: AsyncIterable<Buffer>) => {
+      const sniffed = await sniffCompression(downloaded);
+      const facts: HeadFacts = { totalBytes: image.totalBytes, compression: sniffed.kind };
+      const sink = await route.sink(sniffed.kind, leg);
+      let result!: SinkResult;
+      await drive(sink, services.log, async (accept) => {
+        const tapped = tap(route.hashInline(sniffed.kind) ? hash : null, meter)(sniffed.chunks);
+        await sink.write(gateFor(sniffed.kind, sink.headBytes, (head) => accept(head, facts))(tapped));
+        result = await sink.finish();
+        await after(result);
+      });
+      return { result, compression: sniffed.kind };
+    },
+    cancelOption(leg.job),
+  );
 }
 
-async function streamOnce(job: PipelineJob, transfer: Transfer, expected: ExpectedDigest, route: Route): Promise<number> {
+async function streamOnce(
+  job: PipelineJob,
+  transfer: Transfer,
+  expected: ExpectedDigest,
+  route: Route,
+): Promise<number> {
   const { info, device, meter } = job;
   const { guard, log } = job.services;
   const leg: Leg = { job, target: new DeviceTarget(device, guard, log) };
@@ -204,7 +233,10 @@ async function streamOnce(job: PipelineJob, transfer: Transfer, expected: Expect
   const { result, compression } = await withHashWorker(expected.algo, (hash) =>
     pour(image, route, leg, hash, async () => verifyDigest(expected, await hash.digest(), info.id, image.url)),
   );
-  log.info({ bytes: result.bytes, compression, device: device.path, checksum: expected.algo }, 'image streamed and verified');
+  log.info(
+    { bytes: result.bytes, compression, device: device.path, checksum: expected.algo },
+    'image streamed and verified',
+  );
   meter.start('table', null);
   await settlePartitionTable(device, result.head, guard, log);
   return result.bytes;
@@ -269,7 +301,12 @@ async function bufferToDevice(found: InspectedBuffer, leg: Leg, verify: () => Pr
     });
     return;
   }
-  const sink = new QemuImgSink(leg.target, config.image.convertMemoryLimitMiB, (bytes) => meter.set(bytes), leg.job.signal);
+  const sink = new QemuImgSink(
+    leg.target,
+    config.image.convertMemoryLimitMiB,
+    (bytes) => meter.set(bytes),
+    leg.job.signal,
+  );
   await drive(sink, log, async (accept) => {
     await accept(found.head, facts);
     meter.start('convert', found.virtualSize);

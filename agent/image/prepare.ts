@@ -37,7 +37,8 @@ async function checkPartitionTable(disk: string, log: Logger): Promise<void> {
     );
   }
   const partitions = out.split('\n').filter((line) => /^\d+:/.test(line));
-  if (partitions.length === 0) throw new DeploymentError(`No partitions found on the device ${disk} after writing the image.`);
+  if (partitions.length === 0)
+    throw new DeploymentError(`No partitions found on the device ${disk} after writing the image.`);
 }
 
 export interface PrepareRequest {
@@ -60,7 +61,12 @@ export async function prepareImage(ctx: CommandContext, req: PrepareRequest): Pr
   }
 }
 
-async function deployImage(ctx: CommandContext, req: PrepareRequest, services: CommandContext, meter: ProgressMeter): Promise<string> {
+async function deployImage(
+  ctx: CommandContext,
+  req: PrepareRequest,
+  services: CommandContext,
+  meter: ProgressMeter,
+): Promise<string> {
   const { info } = req;
   const { log } = services;
   const configdrive = req.configdrive ?? info.configdrive;
@@ -78,10 +84,19 @@ async function deployImage(ctx: CommandContext, req: PrepareRequest, services: C
   // What the conductor computed (with image_download_source=local it may have converted the image and
   // recomputed its checksum): the first thing to compare when a deploy fails verification.
   const { checksum } = info;
-  log.info({
-    urls: info.urls.map(shownUrl), disk_format: info.diskFormat ?? null, stream_raw_images: info.streamRaw,
-    checksum: { field: checksum.field, algo: checksum.algo ?? null, value: checksum.isUrl ? shownUrl(checksum.value) : checksum.value },
-  }, 'image requested');
+  log.info(
+    {
+      urls: info.urls.map(shownUrl),
+      disk_format: info.diskFormat ?? null,
+      stream_raw_images: info.streamRaw,
+      checksum: {
+        field: checksum.field,
+        algo: checksum.algo ?? null,
+        value: checksum.isUrl ? shownUrl(checksum.value) : checksum.value,
+      },
+    },
+    'image requested',
+  );
   const { signal } = ctx;
   // Whether the config drive will fit is known from the image's partition table: refused before the disk changes.
   const target = drive ? { ...device, precheck: configDriveRoomCheck(device, drive) } : device;

@@ -51,7 +51,9 @@ export async function settlePartitionTable(
         await fh.close();
       }
     } else {
-      await run('sgdisk', ['-e', device.path], { log }).catch((err) => log.warn({ device: device.path, err: errorText(err) }, 'sgdisk -e failed'));
+      await run('sgdisk', ['-e', device.path], { log }).catch((err) =>
+        log.warn({ device: device.path, err: errorText(err) }, 'sgdisk -e failed'),
+      );
     }
   }
   // Every sink synced the device when it finished.

@@ -22,7 +22,9 @@ export function detectCompression(head: Buffer): Compression {
 }
 
 /** Reads enough of a stream to tell its compression; `chunks` then replays the stream from its first byte. */
-export async function sniffCompression(source: AsyncIterable<Buffer>): Promise<{ kind: Compression; chunks: AsyncIterable<Buffer> }> {
+export async function sniffCompression(
+  source: AsyncIterable<Buffer>,
+): Promise<{ kind: Compression; chunks: AsyncIterable<Buffer> }> {
   const it = source[Symbol.asyncIterator]();
   const head = await readAtLeast(it, 6);
   async function* chunks(): AsyncGenerator<Buffer> {

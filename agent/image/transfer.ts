@@ -71,8 +71,14 @@ export class Transfer {
     const { clock, maxDurationMs } = policy;
     this.deadline = maxDurationMs > 0 ? clock.now() + maxDurationMs : 0;
     // Aborts whatever is in flight when the deadline passes, stalled transfers included.
-    const signals = [policy.cancel, maxDurationMs > 0 ? clock.timeout(maxDurationMs) : undefined].filter((s) => s !== undefined);
-    this.http = new ImageHttp(dispatchers, policy.authorization, signals.length > 0 ? AbortSignal.any(signals) : undefined);
+    const signals = [policy.cancel, maxDurationMs > 0 ? clock.timeout(maxDurationMs) : undefined].filter(
+      (s) => s !== undefined,
+    );
+    this.http = new ImageHttp(
+      dispatchers,
+      policy.authorization,
+      signals.length > 0 ? AbortSignal.any(signals) : undefined,
+    );
   }
 
   /**
@@ -86,7 +92,10 @@ export class Transfer {
         return await attempt();
       } catch (err) {
         if (this.policy.cancel?.aborted || !this.restartable(err, wrongDigests) || n >= this.policy.retries) throw err;
-        this.policy.log.warn({ attempt: n, err: errorText(err) }, 'image transfer failed, starting again from byte zero');
+        this.policy.log.warn(
+          { attempt: n, err: errorText(err) },
+          'image transfer failed, starting again from byte zero',
+        );
         await this.pause(this.policy.retryIntervalMs);
         this.checkDeadline();
       }
@@ -102,7 +111,8 @@ export class Transfer {
       try {
         return await step();
       } catch (err) {
-        if (this.policy.cancel?.aborted || !(err instanceof ImageWriteError && err.transient) || n >= STEP_ATTEMPTS) throw err;
+        if (this.policy.cancel?.aborted || !(err instanceof ImageWriteError && err.transient) || n >= STEP_ATTEMPTS)
+          throw err;
         this.policy.log.warn({ attempt: n, err: errorText(err) }, 'a tool ran out of memory, running it again');
       }
     }
@@ -166,7 +176,10 @@ export class Transfer {
         last = `received status code ${res.statusCode}, expected 200. Response body: ${await errorExcerpt(res)}`;
         final = isFinalStatus(res.statusCode);
         asked = retryAfterMs(res, Date.now());
-        this.policy.log.warn({ url: shown, attempt, status: res.statusCode, retry_after_ms: asked || undefined }, `${what} request failed`);
+        this.policy.log.warn(
+          { url: shown, attempt, status: res.statusCode, retry_after_ms: asked || undefined },
+          `${what} request failed`,
+        );
       }
       allFinal &&= final;
       answers.push(`${shown}: ${last}`);
@@ -202,7 +215,9 @@ export class Transfer {
     const wireBytes = length !== undefined && /^\d+$/.test(length) ? Number(length) : undefined;
     // Ranges and lengths count the encoded bytes: the resume works below the decoder, which never notices.
     const wire = this.resumingBody(url, res, wireBytes);
-    const body = coding ? Readable.from(decodeContent(coding, wire), { objectMode: false }) : Readable.from(wire, { objectMode: false });
+    const body = coding
+      ? Readable.from(decodeContent(coding, wire), { objectMode: false })
+      : Readable.from(wire, { objectMode: false });
     const cancel = () => {
       res.body.destroy();
       body.destroy();
@@ -213,7 +228,8 @@ export class Transfer {
   private async *resumingBody(url: string, first: Response, totalBytes: number | undefined): AsyncGenerator<Buffer> {
     const etag = header(first, 'etag');
     const validator = etag && !etag.startsWith('W/') ? etag : header(first, 'last-modified');
-    const resumable = header(first, 'accept-ranges')?.toLowerCase() === 'bytes' && !!validator && totalBytes !== undefined;
+    const resumable =
+      header(first, 'accept-ranges')?.toLowerCase() === 'bytes' && !!validator && totalBytes !== undefined;
     let res = first;
     let offset = 0;
     let breaks = 0;
@@ -249,11 +265,20 @@ export class Transfer {
    * any other answer (the entity changed, ranges refused), or too many breaks, is a restartable error: a server
    * or proxy that fails Range requests may still serve the whole image.
    */
-  private async resume(url: string, first: Response, totalBytes: number, offset: number, validator: string, why: string, breaks: number): Promise<{ res: Response; breaks: number }> {
+  private async resume(
+    url: string,
+    first: Response,
+    totalBytes: number,
+    offset: number,
+    validator: string,
+    why: string,
+    breaks: number,
+  ): Promise<{ res: Response; breaks: number }> {
     let asked = 0;
     for (;;) {
       this.checkDeadline();
-      if (++breaks > this.policy.retries) throw new ImageDownloadError(`${why}; gave up after ${breaks - 1} resume attempts, starting over`);
+      if (++breaks > this.policy.retries)
+        throw new ImageDownloadError(`${why}; gave up after ${breaks - 1} resume attempts, starting over`);
       await this.pause(Math.max(this.policy.retryIntervalMs, asked));
       asked = 0;
       this.checkDeadline();
@@ -276,7 +301,9 @@ export class Transfer {
         asked = retryAfterMs(res, Date.now());
         continue;
       }
-      throw new ImageDownloadError(`${why}; the server answered the resume with status ${res.statusCode}, starting over`);
+      throw new ImageDownloadError(
+        `${why}; the server answered the resume with status ${res.statusCode}, starting over`,
+      );
     }
   }
 }

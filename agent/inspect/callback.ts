@@ -51,14 +51,19 @@ export async function postInspection(
   deps: CallbackDeps,
 ): Promise<CallbackOutcome> {
   const deadline = deps.clock.now() + opts.timeoutS * 1000;
-  const version = opts.conductorVersion !== undefined && opts.conductorVersion >= V_INSPECTION_TOKEN ? `1.${V_INSPECTION_TOKEN}` : undefined;
+  const version =
+    opts.conductorVersion !== undefined && opts.conductorVersion >= V_INSPECTION_TOKEN
+      ? `1.${V_INSPECTION_TOKEN}`
+      : undefined;
   let last = '';
   for (let n = 1; n <= ATTEMPTS; n++) {
     try {
       const reply = await deps.api.send('POST', '', { body: payload, version, signal: deps.signal });
-      if (reply.status < 300) return { kind: 'accepted', status: reply.status, attempts: n, ...parseAccepted(reply.text) };
+      if (reply.status < 300)
+        return { kind: 'accepted', status: reply.status, attempts: n, ...parseAccepted(reply.text) };
       last = `HTTP ${reply.status}: ${ironicFault(reply.text)}`;
-      if (reply.status !== 409 && reply.status < 500) return { kind: 'refused', status: reply.status, reason: last, attempts: n };
+      if (reply.status !== 409 && reply.status < 500)
+        return { kind: 'refused', status: reply.status, reason: last, attempts: n };
     } catch (err) {
       if (deps.signal?.aborted || !(err instanceof ConductorUnreachable)) throw err;
       last = err.message;

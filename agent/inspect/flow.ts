@@ -62,7 +62,8 @@ async function waitForDhcp(deps: InspectionDeps, sources: InventorySources): Pro
     const nics = await readInterfaces(sources.root, { addresses: sources.addresses });
     const waiting = nics.filter((n) => (dhcpAllInterfaces || n.mac_address === pxeMac) && !n.ipv4_address);
     if (waiting.length === 0 || deps.clock.now() >= deadline) {
-      if (waiting.length > 0) deps.log.warn({ nics: waiting.map((n) => n.name), waitedS: dhcpWaitS }, 'no IPv4 address from DHCP yet');
+      if (waiting.length > 0)
+        deps.log.warn({ nics: waiting.map((n) => n.name), waitedS: dhcpWaitS }, 'no IPv4 address from DHCP yet');
       return;
     }
     await deps.clock.sleep(2000, deps.signal);
@@ -76,10 +77,12 @@ export async function inspect(deps: InspectionDeps): Promise<InspectionResult> {
   state.update({ phase: 'inspecting', inspection: { phase: 'collecting', at: Date.now() / 1000 } });
   if (config.inspection.collectLldp && !sources.lldp) {
     // The deprecated ipa-collect-lldp puts TLVs into the inventory; a failed capture leaves them empty.
-    sources.lldp = await captureLldp(await candidateNames(root), { timeoutS: config.inspection.lldpTimeoutS }).catch((err: Error) => {
-      log.warn({ err: err.message }, 'LLDP capture failed');
-      return {};
-    });
+    sources.lldp = await captureLldp(await candidateNames(root), { timeoutS: config.inspection.lldpTimeoutS }).catch(
+      (err: Error) => {
+        log.warn({ err: err.message }, 'LLDP capture failed');
+        return {};
+      },
+    );
   }
   let inventory: Promise<Inventory> | undefined;
   let collectionMs: number | undefined;
@@ -89,7 +92,9 @@ export async function inspect(deps: InspectionDeps): Promise<InspectionResult> {
       const inv = await collectInventory(sources);
       collectionMs = Math.round(performance.now() - t0);
       log.info({ collectionMs, summary: inventorySummary(inv) }, 'hardware inventory collected');
-      state.update({ inspection: { phase: 'collecting', summary: inventorySummary(inv), collectionMs, at: Date.now() / 1000 } });
+      state.update({
+        inspection: { phase: 'collecting', summary: inventorySummary(inv), collectionMs, at: Date.now() / 1000 },
+      });
       return inv;
     })());
   const { data, failures } = await runCollectors(
@@ -108,9 +113,15 @@ export async function inspect(deps: InspectionDeps): Promise<InspectionResult> {
   const summary = inventory ? inventorySummary(await inventory) : undefined;
   state.update({ inspection: { phase: 'posting', summary, collectionMs, at: Date.now() / 1000 } });
   if (config.inspection.callbackUrls.includes('mdns')) {
-    const outcome: CallbackOutcome = { kind: 'failed', reason: 'ipa-inspection-callback-url=mdns: finding the service by mDNS is not supported; give its URL', attempts: 0 };
+    const outcome: CallbackOutcome = {
+      kind: 'failed',
+      reason: 'ipa-inspection-callback-url=mdns: finding the service by mDNS is not supported; give its URL',
+      attempts: 0,
+    };
     log.error({ outcome }, 'inspection not posted');
-    state.update({ inspection: { phase: 'failed', summary, collectionMs, result: outcome.reason, at: Date.now() / 1000 } });
+    state.update({
+      inspection: { phase: 'failed', summary, collectionMs, result: outcome.reason, at: Date.now() / 1000 },
+    });
     return { outcome };
   }
   const api = new IronicApi({
@@ -123,12 +134,16 @@ export async function inspect(deps: InspectionDeps): Promise<InspectionResult> {
   });
   let outcome: CallbackOutcome;
   try {
-    outcome = await postInspection(data, { timeoutS: config.inspection.timeoutS, conductorVersion: deps.conductorVersion }, {
-      api,
-      clock: deps.clock,
-      log,
-      signal: deps.signal,
-    });
+    outcome = await postInspection(
+      data,
+      { timeoutS: config.inspection.timeoutS, conductorVersion: deps.conductorVersion },
+      {
+        api,
+        clock: deps.clock,
+        log,
+        signal: deps.signal,
+      },
+    );
   } finally {
     await api.close();
   }
@@ -137,7 +152,10 @@ export async function inspect(deps: InspectionDeps): Promise<InspectionResult> {
     outcome.kind === 'accepted'
       ? `HTTP ${outcome.status}, node ${outcome.nodeUuid ?? '(not named)'}${failures.length ? `; ${failures.length} collector(s) failed` : ''}`
       : `${outcome.kind}: ${outcome.reason}`;
-  (ok ? log.info.bind(log) : log.error.bind(log))({ outcome: outcome.kind, attempts: outcome.attempts, failures, result }, 'inspection posted');
+  (ok ? log.info.bind(log) : log.error.bind(log))(
+    { outcome: outcome.kind, attempts: outcome.attempts, failures, result },
+    'inspection posted',
+  );
   state.update({ inspection: { phase: ok ? 'done' : 'failed', summary, collectionMs, result, at: Date.now() / 1000 } });
   // As IPA: a collector failure or a refusal means no node UUID for the lookup that follows.
   if (!ok || outcome.kind !== 'accepted') return { outcome };

@@ -46,7 +46,8 @@ export async function candidateNames(root: HostRoot): Promise<string[]> {
   for (const name of await root.list('/sys/class/net')) {
     if (name === 'lo') continue;
     const base = `/sys/class/net/${name}`;
-    if (isVlanName(name) || (await root.exists(`${base}/device`)) || (await root.exists(`${base}/bonding`))) out.push(name);
+    if (isVlanName(name) || (await root.exists(`${base}/device`)) || (await root.exists(`${base}/bonding`)))
+      out.push(name);
   }
   return out;
 }
@@ -66,7 +67,10 @@ export async function bondPermanentMacs(root: HostRoot): Promise<Map<string, str
   return out;
 }
 
-/** An IPoIB hardware address is 20 bytes; the port GUID is its last 8. Ironic knows the port by a MAC made of the GUID without its middle two bytes. */
+/**
+ * An IPoIB hardware address is 20 bytes; the port GUID is its last 8. Ironic knows the port by a MAC made of the GUID
+ * without its middle two bytes.
+ */
 export function infinibandIds(address: string): { mac: string; clientId: string } | null {
   const bytes = address.toLowerCase().split(':');
   if (bytes.length !== 20) return null;

@@ -23,7 +23,9 @@ export function parseLldpFrame(frame: Buffer): LldpTlv[] {
   return tlvs;
 }
 
-/** The packets of a classic pcap stream (either byte order, micro- or nanosecond stamps); a truncated tail is ignored. */
+/**
+ * The packets of a classic pcap stream (either byte order, micro- or nanosecond stamps); a truncated tail is ignored.
+ */
 export function pcapPackets(data: Buffer): Buffer[] {
   if (data.length < 24) return [];
   const magic = data.readUInt32LE(0);
@@ -48,7 +50,10 @@ export function describeLldp(tlvs: readonly LldpTlv[]): { chassisId?: string; po
   const out: { chassisId?: string; portId?: string; systemName?: string } = {};
   for (const [type, hex] of tlvs) {
     const v = Buffer.from(hex, 'hex');
-    const id = () => (v[0] === 4 && v.length === 7 ? [...v.subarray(1)].map((b) => b.toString(16).padStart(2, '0')).join(':') : v.subarray(1).toString('utf8'));
+    const id = () =>
+      v[0] === 4 && v.length === 7
+        ? [...v.subarray(1)].map((b) => b.toString(16).padStart(2, '0')).join(':')
+        : v.subarray(1).toString('utf8');
     if (type === 1) out.chassisId = id();
     else if (type === 2) out.portId = id();
     else if (type === 5) out.systemName = v.toString('utf8');

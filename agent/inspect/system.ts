@@ -21,7 +21,11 @@ export async function readSystemVendor(root: HostRoot): Promise<SystemVendor> {
     product_name: await dmi('product_name'),
     serial_number: await dmi('product_serial'),
     manufacturer: await dmi('sys_vendor'),
-    firmware: { vendor: await dmi('bios_vendor'), version: await dmi('bios_version'), build_date: await dmi('bios_date') },
+    firmware: {
+      vendor: await dmi('bios_vendor'),
+      version: await dmi('bios_version'),
+      build_date: await dmi('bios_date'),
+    },
   };
 }
 

@@ -12,7 +12,8 @@ export async function inspectWithoutConductor(agent: Agent, config: Config, log:
   const { state } = agent.services;
   state.update({ phase: 'waiting for network' });
   const macs = await waitForNicMacs(config.lookup.nicWaitS, realClock);
-  if (macs.length === 0) log.warn({ waitedS: config.lookup.nicWaitS }, 'no network interface with a MAC address; inspecting anyway');
+  if (macs.length === 0)
+    log.warn({ waitedS: config.lookup.nicWaitS }, 'no network interface with a MAC address; inspecting anyway');
   try {
     const result = await inspect({ config, log, state, clock: realClock });
     log.info({ node: result.nodeUuid, outcome: result.outcome.kind }, 'inspection done; no conductor to look up');

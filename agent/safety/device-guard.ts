@@ -36,7 +36,10 @@ function majorMinor(dev: number): string {
 export class DeviceGuard {
   private readonly allowlist: string[] | null;
 
-  constructor(allowlist: readonly string[] | null, private readonly paths: GuardPaths = SYSTEM_PATHS) {
+  constructor(
+    allowlist: readonly string[] | null,
+    private readonly paths: GuardPaths = SYSTEM_PATHS,
+  ) {
     this.allowlist = allowlist ? [...allowlist] : null;
   }
 
@@ -126,7 +129,9 @@ export class DeviceGuard {
   /** The device holding a loop's backing file, as the kernel recorded it at attach time (LOOP_GET_STATUS64). */
   private async backingDeviceOf(loop: string): Promise<string | null> {
     try {
-      const { stdout } = await run('losetup', ['--noheadings', '--list', '--output', 'BACK-MAJ:MIN', `/dev/${loop}`], { timeoutMs: 10_000 });
+      const { stdout } = await run('losetup', ['--noheadings', '--list', '--output', 'BACK-MAJ:MIN', `/dev/${loop}`], {
+        timeoutMs: 10_000,
+      });
       const majMin = stdout.trim();
       return /^\d+:\d+$/.test(majMin) ? await this.devNameOf(majMin) : null;
     } catch {

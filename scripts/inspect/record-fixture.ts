@@ -2,7 +2,16 @@
 // (test/fixtures/inspect/<name>), keeping sysfs symlinks as they are, plus lsblk's JSON and the
 // interface addresses. Usage: scripts/node.sh --import tsx scripts/inspect/record-fixture.ts <out-dir>
 import { execFileSync } from 'node:child_process';
-import { lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, symlinkSync, writeFileSync, existsSync } from 'node:fs';
+import {
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  symlinkSync,
+  writeFileSync,
+  existsSync,
+} from 'node:fs';
 import { networkInterfaces } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { LSBLK_ARGS } from '../../agent/disk/block-devices.ts';
@@ -74,40 +83,80 @@ const ls = (p: string): string[] => {
   }
 };
 
-for (const f of ['/proc/cpuinfo', '/proc/meminfo', '/proc/sys/kernel/hostname', '/proc/sys/kernel/arch', '/proc/cmdline']) file(f);
+for (const f of [
+  '/proc/cpuinfo',
+  '/proc/meminfo',
+  '/proc/sys/kernel/hostname',
+  '/proc/sys/kernel/arch',
+  '/proc/cmdline',
+])
+  file(f);
 for (const b of ls('/proc/net/bonding')) file(`/proc/net/bonding/${b}`);
 for (const f of ls('/sys/class/dmi/id')) file(`/sys/class/dmi/id/${f}`);
-for (const e of ls('/sys/firmware/dmi/entries').filter((e) => /^(0|1|4|16|17)-/.test(e))) file(`/sys/firmware/dmi/entries/${e}/raw`);
+for (const e of ls('/sys/firmware/dmi/entries').filter((e) => /^(0|1|4|16|17)-/.test(e)))
+  file(`/sys/firmware/dmi/entries/${e}/raw`);
 dir('/sys/firmware/efi');
 for (const cpu of ls('/sys/devices/system/cpu').filter((c) => /^cpu\d+$/.test(c))) {
-  for (const f of ['topology/physical_package_id', 'topology/core_id', 'topology/thread_siblings_list', 'cpufreq/cpuinfo_max_freq']) {
+  for (const f of [
+    'topology/physical_package_id',
+    'topology/core_id',
+    'topology/thread_siblings_list',
+    'cpufreq/cpuinfo_max_freq',
+  ]) {
     file(`/sys/devices/system/cpu/${cpu}/${f}`);
   }
 }
 for (const node of ls('/sys/devices/system/node').filter((n) => /^node\d+$/.test(n))) {
   for (const f of ['meminfo', 'cpulist']) file(`/sys/devices/system/node/${node}/${f}`);
-  for (const c of ls(`/sys/devices/system/node/${node}`).filter((c) => /^cpu\d+$/.test(c))) link(`/sys/devices/system/node/${node}/${c}`);
+  for (const c of ls(`/sys/devices/system/node/${node}`).filter((c) => /^cpu\d+$/.test(c)))
+    link(`/sys/devices/system/node/${node}/${c}`);
 }
 file('/sys/devices/system/memory/block_size_bytes');
-for (const m of ls('/sys/devices/system/memory').filter((m) => /^memory\d+$/.test(m))) file(`/sys/devices/system/memory/${m}/online`);
+for (const m of ls('/sys/devices/system/memory').filter((m) => /^memory\d+$/.test(m)))
+  file(`/sys/devices/system/memory/${m}/online`);
 for (const n of ls('/sys/class/net')) {
   const base = `/sys/class/net/${n}`;
-  for (const f of ['address', 'carrier', 'type', 'speed', 'operstate', 'addr_assign_type', 'device/vendor', 'device/device', 'device/numa_node']) file(`${base}/${f}`);
+  for (const f of [
+    'address',
+    'carrier',
+    'type',
+    'speed',
+    'operstate',
+    'addr_assign_type',
+    'device/vendor',
+    'device/device',
+    'device/numa_node',
+  ])
+    file(`${base}/${f}`);
   link(`${base}/device`);
   link(`${base}/device/driver`);
   if (ls(`${base}/bonding`).length > 0) file(`${base}/bonding/slaves`);
 }
 for (const b of ls('/sys/block')) {
   const base = `/sys/block/${b}`;
-  for (const f of ['size', 'ro', 'removable', 'serial', 'wwid', 'queue/rotational', 'queue/logical_block_size', 'queue/physical_block_size',
-    'device/model', 'device/vendor', 'device/serial', 'device/wwid']) file(`${base}/${f}`);
+  for (const f of [
+    'size',
+    'ro',
+    'removable',
+    'serial',
+    'wwid',
+    'queue/rotational',
+    'queue/logical_block_size',
+    'queue/physical_block_size',
+    'device/model',
+    'device/vendor',
+    'device/serial',
+    'device/wwid',
+  ])
+    file(`${base}/${f}`);
   for (const h of ls(`${base}/device/scsi_device`)) dir(`${base}/device/scsi_device/${h}`);
 }
 for (const p of ls('/sys/bus/pci/devices')) {
   for (const f of ['vendor', 'device', 'class', 'revision', 'numa_node']) file(`/sys/bus/pci/devices/${p}/${f}`);
 }
 for (const u of ls('/sys/bus/usb/devices')) {
-  for (const f of ['product', 'manufacturer', 'idVendor', 'idProduct', 'busnum', 'devnum', 'bDeviceClass']) file(`/sys/bus/usb/devices/${u}/${f}`);
+  for (const f of ['product', 'manufacturer', 'idVendor', 'idProduct', 'busnum', 'devnum', 'bDeviceClass'])
+    file(`/sys/bus/usb/devices/${u}/${f}`);
 }
 mkdirSync(join(out, 'dev'), { recursive: true });
 for (const d of ls('/dev').filter((d) => d.startsWith('ipmi'))) writeFileSync(join(out, 'dev', d), '');

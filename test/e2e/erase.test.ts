@@ -93,7 +93,11 @@ async function agentCommand(v: Vm, name: string, params: Record<string, unknown>
     bodyTimeout: 0,
   });
   expect(r.statusCode).toBe(200);
-  return (await r.body.json()) as { command_status: string; command_result: { clean_result: Record<string, any> } | null; command_error: unknown };
+  return (await r.body.json()) as {
+    command_status: string;
+    command_result: { clean_result: Record<string, any> } | null;
+    command_error: unknown;
+  };
 }
 
 describe('erase_devices in the ramdisk under QEMU', () => {
@@ -138,7 +142,9 @@ describe('erase_devices in the ramdisk under QEMU', () => {
       ports: [],
       clean_version: {},
     });
-    report(`erase_devices took ${((Date.now() - started) / 1000).toFixed(1)} s: ${JSON.stringify(r.command_result ?? r.command_error)}`);
+    report(
+      `erase_devices took ${((Date.now() - started) / 1000).toFixed(1)} s: ${JSON.stringify(r.command_result ?? r.command_error)}`,
+    );
     expect(r.command_error).toBeNull();
     expect(r.command_status).toBe('SUCCEEDED');
     const result = r.command_result!.clean_result;
@@ -154,14 +160,22 @@ describe('erase_devices in the ramdisk under QEMU', () => {
     // vm.ts attaches the virtio disk without discard=unmap: QEMU acknowledges the guest's discards and
     // ignores them, a drive that keeps data after TRIM. The read-back caught it and the overwrite ran.
     expect(result['/dev/vda'].method).toBe('overwrite');
-    expect(result['/dev/vda'].attempts).toContainEqual({ method: 'discard', error: expect.stringMatching(/^read-back found non-zero data at byte \d+ \(seed \d+\)$/) });
+    expect(result['/dev/vda'].attempts).toContainEqual({
+      method: 'discard',
+      error: expect.stringMatching(/^read-back found non-zero data at byte \d+ \(seed \d+\)$/),
+    });
     // Each disk's progress and result reached the console (ipa-debug puts the agent's log there).
     const serial = v.serial();
-    for (const dev of ['/dev/nvme0n1', '/dev/sda', '/dev/vda']) expect(serial).toContain(`${dev} erased: ${result[dev].method}`);
+    for (const dev of ['/dev/nvme0n1', '/dev/sda', '/dev/vda'])
+      expect(serial).toContain(`${dev} erased: ${result[dev].method}`);
     expect(serial).toMatch(/read-back samples of \/dev\/nvme0n1 drawn with seed \d+/);
 
     await v.kill();
-    for (const [dev, p] of [['/dev/nvme0n1', nvme], ['/dev/sda', sata], ['/dev/vda', virtio]] as const) {
+    for (const [dev, p] of [
+      ['/dev/nvme0n1', nvme],
+      ['/dev/sda', sata],
+      ['/dev/vda', virtio],
+    ] as const) {
       const left = await survivors(p);
       report(`${dev}: ${result[dev].method}, ${left.pattern} pattern sectors left, ${left.nonZero} non-zero bytes`);
       expect(left.pattern).toBe(0);

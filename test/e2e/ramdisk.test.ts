@@ -52,7 +52,11 @@ async function sparseDisk(name: string, bytes: number): Promise<string> {
 /** Partitions of a GPT disk file as sgdisk prints them: number, first and last sector. */
 async function partitions(disk: string): Promise<{ number: number; start: number; end: number }[]> {
   const { stdout } = await execa('sgdisk', ['-p', disk]);
-  return [...stdout.matchAll(/^\s+(\d+)\s+(\d+)\s+(\d+)\s/gm)].map((m) => ({ number: Number(m[1]), start: Number(m[2]), end: Number(m[3]) }));
+  return [...stdout.matchAll(/^\s+(\d+)\s+(\d+)\s+(\d+)\s/gm)].map((m) => ({
+    number: Number(m[1]),
+    start: Number(m[2]),
+    end: Number(m[3]),
+  }));
 }
 
 function report(line: string): void {
@@ -75,7 +79,11 @@ async function agentCommand(v: Vm, name: string, params: Record<string, unknown>
     body: JSON.stringify({ name, params }),
   });
   expect(r.statusCode).toBe(200);
-  return (await r.body.json()) as { command_status: string; command_result: { result: string; system_logs?: string } | null; command_error: unknown };
+  return (await r.body.json()) as {
+    command_status: string;
+    command_result: { result: string; system_logs?: string } | null;
+    command_error: unknown;
+  };
 }
 
 /** QEMU's exit code once the VM powers off, or 'still running' after `ms`. */
@@ -84,7 +92,9 @@ function exitWithin(v: Vm, ms: number): Promise<number | null | string> {
 }
 
 async function manifestSize(): Promise<string> {
-  const m = JSON.parse(await readFile(join(OUT, 'manifest.json'), 'utf8')) as { initramfs: { bytes: number; uncompressed_bytes: number } };
+  const m = JSON.parse(await readFile(join(OUT, 'manifest.json'), 'utf8')) as {
+    initramfs: { bytes: number; uncompressed_bytes: number };
+  };
   return `${(m.initramfs.bytes / MiB).toFixed(1)} MiB zstd (${(m.initramfs.uncompressed_bytes / MiB).toFixed(1)} MiB unpacked)`;
 }
 
@@ -104,10 +114,13 @@ describe('the ramdisk under QEMU', () => {
     const v = vm;
     const getStatus = () => agentStatus(v);
     const status = await until('GET /v1/status', getStatus, 120_000);
-    report(`standalone boot -> GET /v1/status 200 in ${((Date.now() - v.startedAt) / 1000).toFixed(1)} s (${v.accel}); initramfs ${await manifestSize()}`);
+    report(
+      `standalone boot -> GET /v1/status 200 in ${((Date.now() - v.startedAt) / 1000).toFixed(1)} s (${v.accel}); initramfs ${await manifestSize()}`,
+    );
     expect(status.version).toMatch(/^\d+\.\d+\.\d+/);
 
-    const seen = (re: RegExp, from = 0) => until(`${re} on the console`, async () => (re.test(v.serial().slice(from)) ? true : undefined), 60_000);
+    const seen = (re: RegExp, from = 0) =>
+      until(`${re} on the console`, async () => (re.test(v.serial().slice(from)) ? true : undefined), 60_000);
     // A whole screen, up to its key line (the console writes each screen at once, but the log file
     // may hold only part of the latest one when it is read).
     await seen(/Agent\s+serving[\s\S]*\[l\] full log {2}\[c\] commands {2}\[s\] shell/);
@@ -134,12 +147,18 @@ describe('the ramdisk under QEMU', () => {
     await seen(/\[console\] shell/, mark);
     await v.type('echo shell-$((6*7))\r');
     await seen(/shell-42/, mark);
-    // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion typed into the VM
-    await v.type('for p in /proc/[0-9]*; do grep -q agent.mjs $p/cmdline 2>/dev/null && kill ${p#/proc/}; done; exit\r');
-    const again = await until('the restarted agent', async () => {
-      const s = await getStatus();
-      return s && s.started_at > status.started_at ? s : undefined;
-    }, 120_000);
+    await v.type(
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion typed into the VM
+      'for p in /proc/[0-9]*; do grep -q agent.mjs $p/cmdline 2>/dev/null && kill ${p#/proc/}; done; exit\r',
+    );
+    const again = await until(
+      'the restarted agent',
+      async () => {
+        const s = await getStatus();
+        return s && s.started_at > status.started_at ? s : undefined;
+      },
+      120_000,
+    );
     expect(again.version).toBe(status.version);
     await seen(/Agent\s+serving, up [^,]+, restarted 1x/, mark);
 
@@ -155,7 +174,13 @@ describe('the ramdisk under QEMU', () => {
 
     // Cleaning with the ramdisk's wipefs, sgdisk and dd, as a conductor asks for it.
     const cleaned = await agentCommand(v, 'clean.execute_clean_step', {
-      step: { step: 'erase_devices_metadata', priority: 99, interface: 'deploy', reboot_requested: false, abortable: true },
+      step: {
+        step: 'erase_devices_metadata',
+        priority: 99,
+        interface: 'deploy',
+        reboot_requested: false,
+        abortable: true,
+      },
       node: { uuid: 'e2e-standalone', properties: {}, instance_info: {}, driver_internal_info: {} },
       ports: [],
       clean_version: {},
@@ -211,7 +236,9 @@ describe('the ramdisk under QEMU', () => {
     const c = conductor;
     await c.waitFor(() => c.heartbeats.some((h) => h.status === 202), 'a heartbeat', 180_000);
     const firstBeat = c.heartbeats.find((h) => h.status === 202)!;
-    report(`boot -> first heartbeat ${((firstBeat.at - v.startedAt) / 1000).toFixed(1)} s (${v.accel}); initramfs ${await manifestSize()}`);
+    report(
+      `boot -> first heartbeat ${((firstBeat.at - v.startedAt) / 1000).toFixed(1)} s (${v.accel}); initramfs ${await manifestSize()}`,
+    );
     expect(c.lookups.length).toBeGreaterThan(0);
 
     const agent = c.clientFor(node.uuid, { pollIntervalMs: 1000, pollAttempts: 300 });
@@ -234,9 +261,13 @@ describe('the ramdisk under QEMU', () => {
       disk_format: 'qcow2',
       container_format: 'bare',
       os_hash_algo: 'sha256',
-      os_hash_value: createHash('sha256').update(await readFile(qcow2)).digest('hex'),
+      os_hash_value: createHash('sha256')
+        .update(await readFile(qcow2))
+        .digest('hex'),
     };
-    expect(await writeImage({ image_info: qcow2Info }, { root_device: { name: '/dev/vdb' } })).toMatch(/written to device \/dev\/vdb/);
+    expect(await writeImage({ image_info: qcow2Info }, { root_device: { name: '/dev/vdb' } })).toMatch(
+      /written to device \/dev\/vdb/,
+    );
 
     const gzipInfo = {
       id: 'e2e-gzip',
@@ -245,11 +276,17 @@ describe('the ramdisk under QEMU', () => {
       container_format: 'bare',
       stream_raw_images: true,
       os_hash_algo: 'sha256',
-      os_hash_value: createHash('sha256').update(await readFile(packed)).digest('hex'),
+      os_hash_value: createHash('sha256')
+        .update(await readFile(packed))
+        .digest('hex'),
     };
-    expect(await writeImage({ image_info: gzipInfo }, { root_device: { name: '/dev/vdc' } })).toMatch(/written to device \/dev\/vdc/);
+    expect(await writeImage({ image_info: gzipInfo }, { root_device: { name: '/dev/vdc' } })).toMatch(
+      /written to device \/dev\/vdc/,
+    );
     const buffered = { ...gzipInfo, stream_raw_images: false };
-    expect(await writeImage({ image_info: buffered }, { root_device: { name: '/dev/vdd' } })).toMatch(/written to device \/dev\/vdd/);
+    expect(await writeImage({ image_info: buffered }, { root_device: { name: '/dev/vdd' } })).toMatch(
+      /written to device \/dev\/vdd/,
+    );
 
     const rawInfo = {
       id: 'e2e-image',
@@ -260,10 +297,18 @@ describe('the ramdisk under QEMU', () => {
       os_hash_algo: 'sha256',
       os_hash_value: createHash('sha256').update(raw).digest('hex'),
     };
-    expect(await writeImage({ image_info: rawInfo, configdrive: toWire(iso) }, {})).toMatch(/written to device \/dev\/vda/);
+    expect(await writeImage({ image_info: rawInfo, configdrive: toWire(iso) }, {})).toMatch(
+      /written to device \/dev\/vda/,
+    );
 
-    const screen = new RegExp(`Node\\s+${node.uuid}[\\s\\S]*Heartbeat\\s+\\d\\d:\\d\\d:\\d\\d \\([^)]+ ago\\) ok[\\s\\S]*\\[l\\] full log {2}\\[c\\] commands`);
-    await until('the node and its heartbeat on the status screen', async () => (screen.test(v.serial()) ? true : undefined), 60_000);
+    const screen = new RegExp(
+      `Node\\s+${node.uuid}[\\s\\S]*Heartbeat\\s+\\d\\d:\\d\\d:\\d\\d \\([^)]+ ago\\) ok[\\s\\S]*\\[l\\] full log {2}\\[c\\] commands`,
+    );
+    await until(
+      'the node and its heartbeat on the status screen',
+      async () => (screen.test(v.serial()) ? true : undefined),
+      60_000,
+    );
     // A production boot: no shell key, and the agent's log stays off the console.
     expect(v.serial()).toContain('[l] full log  [c] commands');
     expect(v.serial()).not.toContain('[s] shell');
@@ -278,7 +323,11 @@ describe('the ramdisk under QEMU', () => {
     );
     const parts = await partitions(disk);
     expect(parts[0]).toMatchObject({ number: 1, start: img.partition.start / 512 });
-    const labels = await Promise.all(parts.map(async (p) => (await readDevice(disk, p.start * 512 + 0x8028, p.start * 512 + 0x8028 + 32)).toString('latin1').trim()));
+    const labels = await Promise.all(
+      parts.map(async (p) =>
+        (await readDevice(disk, p.start * 512 + 0x8028, p.start * 512 + 0x8028 + 32)).toString('latin1').trim(),
+      ),
+    );
     expect(labels).toContain('config-2');
     const cd = parts[labels.indexOf('config-2')]!;
     expect(await readDevice(disk, cd.start * 512, cd.start * 512 + iso.length)).toEqual(iso);
@@ -292,7 +341,7 @@ describe('the ramdisk under QEMU', () => {
     expect((await readDevice(fourthDisk, start, end)).equals(thirdBytes)).toBe(true);
   });
 
-  it('registers the disk\'s UEFI boot loader with the firmware when booted through OVMF (install_bootloader), and the entry survives in its variable store', async () => {
+  it("registers the disk's UEFI boot loader with the firmware when booted through OVMF (install_bootloader), and the entry survives in its variable store", async () => {
     // A GPT disk with an EFI system partition holding a vendor loader and the removable-media fallback.
     const disk = await sparseDisk('vda.img', 5 * 1024 * MiB);
     await execa('sgdisk', ['-n', '1:2048:+64M', '-t', '1:ef00', '-c', '1:EFI', '-n', '2:0:+64M', '-t', '2:8300', disk]);
@@ -314,11 +363,15 @@ describe('the ramdisk under QEMU', () => {
     });
     const v = vm;
     await until('GET /v1/status', () => agentStatus(v), 240_000);
-    report(`UEFI (OVMF) boot -> GET /v1/status 200 in ${((Date.now() - v.startedAt) / 1000).toFixed(1)} s (${v.accel})`);
+    report(
+      `UEFI (OVMF) boot -> GET /v1/status 200 in ${((Date.now() - v.startedAt) / 1000).toFixed(1)} s (${v.accel})`,
+    );
 
     const first = await agentCommand(v, 'image.install_bootloader', { target_boot_mode: 'uefi' });
     expect(first.command_error).toBeNull();
-    const entry = /boot entries on \/dev\/vda partition 1: (.+) \(\\EFI\\debian\\grubx64\.efi\) registered/.exec(first.command_result!.result);
+    const entry = /boot entries on \/dev\/vda partition 1: (.+) \(\\EFI\\debian\\grubx64\.efi\) registered/.exec(
+      first.command_result!.result,
+    );
     expect(entry, first.command_result!.result).not.toBeNull();
     // efibootmgr reads the firmware's entries back: the second run finds the first one's entry.
     const second = await agentCommand(v, 'image.install_bootloader', { target_boot_mode: 'uefi' });

@@ -20,10 +20,14 @@ export default function setup(): void {
     process.stderr.write('e2e setup: installing qemu-system-x86\n');
     const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
     execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit', env });
-    execFileSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', 'qemu-system-x86'], { stdio: 'inherit', env });
+    execFileSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', 'qemu-system-x86'], {
+      stdio: 'inherit',
+      env,
+    });
   }
   execFileSync('bash', [join(repo, 'image-build', 'build.sh')], { stdio: 'inherit' });
   for (const f of ['vmlinuz', 'initramfs.img', 'manifest.json']) {
-    if (!existsSync(join(repo, 'image-build', 'out', f))) throw new Error(`e2e setup: the build made no image-build/out/${f}`);
+    if (!existsSync(join(repo, 'image-build', 'out', f)))
+      throw new Error(`e2e setup: the build made no image-build/out/${f}`);
   }
 }

@@ -72,7 +72,11 @@ export function accelerator(): 'kvm' | 'tcg' {
 }
 
 export function randomMac(): string {
-  const b = Array.from({ length: 3 }, () => Math.floor(Math.random() * 256).toString(16).padStart(2, '0'));
+  const b = Array.from({ length: 3 }, () =>
+    Math.floor(Math.random() * 256)
+      .toString(16)
+      .padStart(2, '0'),
+  );
   return `52:54:00:${b.join(':')}`;
 }
 
@@ -85,33 +89,65 @@ export async function startVm(o: VmOptions): Promise<Vm> {
   const netdev = [
     'user,id=n0,restrict=on',
     `hostfwd=tcp:127.0.0.1:${agentPort}-:9999`,
-    ...o.forwards.map((f) => `guestfwd=tcp:${HOST_IN_GUEST}:${f.guestPort}-cmd:${process.execPath} ${CONNECTOR} ${f.hostPort}`),
+    ...o.forwards.map(
+      (f) => `guestfwd=tcp:${HOST_IN_GUEST}:${f.guestPort}-cmd:${process.execPath} ${CONNECTOR} ${f.hostPort}`,
+    ),
   ].join(',');
   const args = [
-    '-accel', accel, '-cpu', accel === 'kvm' ? 'host' : 'max', '-m', String(o.memoryMiB ?? 1536), '-smp', String(o.smp ?? 1),
-    '-nographic', '-no-reboot', '-monitor', 'none',
-    '-chardev', `socket,id=s0,path=${o.serialLog}.sock,server=on,wait=off,logfile=${o.serialLog}`, '-serial', 'chardev:s0',
-    '-kernel', kernel, '-initrd', join(OUT, 'initramfs.img'),
-    '-append', `console=ttyS0 panic=-1 quiet loglevel=3 ${o.append(agentPort)}`,
+    '-accel',
+    accel,
+    '-cpu',
+    accel === 'kvm' ? 'host' : 'max',
+    '-m',
+    String(o.memoryMiB ?? 1536),
+    '-smp',
+    String(o.smp ?? 1),
+    '-nographic',
+    '-no-reboot',
+    '-monitor',
+    'none',
+    '-chardev',
+    `socket,id=s0,path=${o.serialLog}.sock,server=on,wait=off,logfile=${o.serialLog}`,
+    '-serial',
+    'chardev:s0',
+    '-kernel',
+    kernel,
+    '-initrd',
+    join(OUT, 'initramfs.img'),
+    '-append',
+    `console=ttyS0 panic=-1 quiet loglevel=3 ${o.append(agentPort)}`,
     ...[o.disk, ...(o.moreDisks ?? [])].flatMap((file, i) => [
-      '-drive', `file=${file},if=none,id=d${i},format=raw,cache=unsafe`,
-      '-device', `virtio-blk-pci,drive=d${i},serial=E2EDISK${i}`,
+      '-drive',
+      `file=${file},if=none,id=d${i},format=raw,cache=unsafe`,
+      '-device',
+      `virtio-blk-pci,drive=d${i},serial=E2EDISK${i}`,
     ]),
     ...otherDisks(o.otherDisks ?? []),
-    '-netdev', netdev,
-    '-device', `virtio-net-pci,netdev=n0,mac=${o.mac},romfile=`,
+    '-netdev',
+    netdev,
+    '-device',
+    `virtio-net-pci,netdev=n0,mac=${o.mac},romfile=`,
     // Each on a subnet of its own: the guest must route to HOST_IN_GUEST through the first NIC.
     ...(o.moreNics ?? []).flatMap((mac, i) => [
-      '-netdev', `user,id=n${i + 1},restrict=on,net=10.0.${3 + i}.0/24`,
-      '-device', `virtio-net-pci,netdev=n${i + 1},mac=${mac},romfile=`,
+      '-netdev',
+      `user,id=n${i + 1},restrict=on,net=10.0.${3 + i}.0/24`,
+      '-device',
+      `virtio-net-pci,netdev=n${i + 1},mac=${mac},romfile=`,
     ]),
     ...(o.nvme ?? []).flatMap((d, i) => [
-      '-drive', `file=${d.file},if=none,id=nv${i},format=raw,cache=unsafe`,
-      '-device', `nvme,drive=nv${i},serial=${d.serial}`,
+      '-drive',
+      `file=${d.file},if=none,id=nv${i},format=raw,cache=unsafe`,
+      '-device',
+      `nvme,drive=nv${i},serial=${d.serial}`,
     ]),
     ...(o.smbios ?? []).flatMap((v) => ['-smbios', v]),
     ...(o.uefi
-      ? ['-drive', `if=pflash,format=raw,readonly=on,file=${o.uefi.code}`, '-drive', `if=pflash,format=raw,file=${o.uefi.vars}`]
+      ? [
+          '-drive',
+          `if=pflash,format=raw,readonly=on,file=${o.uefi.code}`,
+          '-drive',
+          `if=pflash,format=raw,file=${o.uefi.vars}`,
+        ]
       : []),
   ];
   const startedAt = Date.now();
@@ -127,12 +163,17 @@ export async function startVm(o: VmOptions): Promise<Vm> {
   });
   let tty: Promise<Socket> | undefined;
   const ttySocket = () =>
-    (tty ??= until('the serial socket', async () => {
-      const sock = connect(`${o.serialLog}.sock`);
-      await new Promise<void>((resolve, reject) => sock.once('connect', resolve).once('error', reject));
-      sock.on('data', () => undefined);
-      return sock;
-    }, 10_000, 50));
+    (tty ??= until(
+      'the serial socket',
+      async () => {
+        const sock = connect(`${o.serialLog}.sock`);
+        await new Promise<void>((resolve, reject) => sock.once('connect', resolve).once('error', reject));
+        sock.on('data', () => undefined);
+        return sock;
+      },
+      10_000,
+      50,
+    ));
   void exited.then(async () => (await tty?.catch(() => undefined))?.destroy());
   // Connected from the start, so the console sees a reader (the log file records everything anyway).
   void ttySocket().catch(() => undefined);
@@ -167,7 +208,12 @@ function otherDisks(disks: NonNullable<VmOptions['otherDisks']>): string[] {
 }
 
 /** Resolves with the value once `probe` returns one; rejects after `timeoutMs`. */
-export async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number, everyMs = 250): Promise<T> {
+export async function until<T>(
+  what: string,
+  probe: () => Promise<T | undefined>,
+  timeoutMs: number,
+  everyMs = 250,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await probe().catch(() => undefined);

@@ -8,7 +8,11 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
 const ipmi = (port: number, ...args: string[]) =>
-  spawnSync('ipmitool', ['-I', 'lanplus', '-H', '127.0.0.1', '-p', String(port), '-U', 'admin', '-P', 'pw', '-L', 'ADMINISTRATOR', ...args], { encoding: 'utf8' });
+  spawnSync(
+    'ipmitool',
+    ['-I', 'lanplus', '-H', '127.0.0.1', '-p', String(port), '-U', 'admin', '-P', 'pw', '-L', 'ADMINISTRATOR', ...args],
+    { encoding: 'utf8' },
+  );
 
 async function until(probe: () => boolean, ms = 10_000) {
   const end = Date.now() + ms;
@@ -22,12 +26,22 @@ describe.each(['bios', 'uefi'] as const)('bmc.py (%s)', (firmware) => {
   it('powers a recorded QEMU command on and off with the boot device Ironic set', async () => {
     const dir = mkdtempSync('/tmp/fullloop-bmc-');
     const port = 20000 + Math.floor(Math.random() * 20000);
-    writeFileSync(join(dir, 'bmc.json'), JSON.stringify({
-      port, username: 'admin', password: 'pw', firmware, state_dir: dir,
-      qemu: ['/bin/sh', '-c', `echo "$@" >> ${dir}/argv; exec sleep 60`, 'qemu'],
-      disk_device: 'virtio-blk-pci,id=disk0', nic_device: 'virtio-net-pci,id=nic0',
-    }));
-    const bmc = spawn('/usr/bin/python3', [join(import.meta.dirname, 'bmc.py'), join(dir, 'bmc.json')], { stdio: ['ignore', 'pipe', 'inherit'] });
+    writeFileSync(
+      join(dir, 'bmc.json'),
+      JSON.stringify({
+        port,
+        username: 'admin',
+        password: 'pw',
+        firmware,
+        state_dir: dir,
+        qemu: ['/bin/sh', '-c', `echo "$@" >> ${dir}/argv; exec sleep 60`, 'qemu'],
+        disk_device: 'virtio-blk-pci,id=disk0',
+        nic_device: 'virtio-net-pci,id=nic0',
+      }),
+    );
+    const bmc = spawn('/usr/bin/python3', [join(import.meta.dirname, 'bmc.py'), join(dir, 'bmc.json')], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     let log = '';
     bmc.stdout.on('data', (d: Buffer) => (log += d.toString()));
     try {
@@ -36,10 +50,11 @@ describe.each(['bios', 'uefi'] as const)('bmc.py (%s)', (firmware) => {
       expect(ipmi(port, 'chassis', 'bootdev', 'pxe').status).toBe(0);
       expect(ipmi(port, 'chassis', 'power', 'on').status).toBe(0);
       expect(ipmi(port, 'chassis', 'power', 'status').stdout).toContain('Chassis Power is on');
-      await until(() => readFileSync(join(dir, 'argv'), 'utf8', ).length > 0);
+      await until(() => readFileSync(join(dir, 'argv'), 'utf8').length > 0);
       const first = readFileSync(join(dir, 'argv'), 'utf8');
       if (firmware === 'bios') expect(first).toContain('-boot order=n');
-      else expect(first).toMatch(/-device virtio-net-pci,id=nic0,bootindex=1 -device virtio-blk-pci,id=disk0,bootindex=2/);
+      else
+        expect(first).toMatch(/-device virtio-net-pci,id=nic0,bootindex=1 -device virtio-blk-pci,id=disk0,bootindex=2/);
       expect(first).toContain(`path=${dir}/serial-1-network.log`);
 
       // soft power off goes to QMP; the stand-in has none, so the BMC answers with an error and stays on
@@ -51,7 +66,10 @@ describe.each(['bios', 'uefi'] as const)('bmc.py (%s)', (firmware) => {
       await until(() => readFileSync(join(dir, 'argv'), 'utf8').split('\n').filter(Boolean).length === 2);
       const second = readFileSync(join(dir, 'argv'), 'utf8').split('\n')[1]!;
       if (firmware === 'bios') expect(second).toContain('-boot order=c');
-      else expect(second).toMatch(/-device virtio-blk-pci,id=disk0,bootindex=1 -device virtio-net-pci,id=nic0,bootindex=2/);
+      else
+        expect(second).toMatch(
+          /-device virtio-blk-pci,id=disk0,bootindex=1 -device virtio-net-pci,id=nic0,bootindex=2/,
+        );
       expect(second).toContain(`path=${dir}/serial-2-hd.log`);
       // a device the BMC cannot boot is refused, not accepted and ignored
       ipmi(port, 'chassis', 'bootdev', 'cdrom');

@@ -54,7 +54,8 @@ describe('instance image (FULLLOOP_IMAGE)', () => {
 
       loop = run('losetup', '-f', '--show', '-r', '-o', String(start(3)), raw).trim();
       const uuid = run('blkid', '-p', '-s', 'UUID', '-o', 'value', loop).trim();
-      const cat = (path: string) => execFileSync('debugfs', ['-R', `cat ${path}`, loop], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+      const cat = (path: string) =>
+        execFileSync('debugfs', ['-R', `cat ${path}`, loop], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
       expect(cat('/etc/cloud/cloud.cfg.d/90-fullloop.cfg')).toMatch(/datasource_list: \[ ConfigDrive, None \]/);
       expect(cat('/etc/fstab')).toContain(`UUID=${uuid} / ext4`);
       const grub = cat('/boot/grub/grub.cfg');

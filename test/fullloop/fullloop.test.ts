@@ -28,7 +28,11 @@ describe.each(firmwares)('full loop, %s', (firmware) => {
     const run = mkdtempSync(`/tmp/fullloop-${firmware}-`);
     const rig = await startRig(firmware, run, image);
     const record = (phase: string, ms: number) => phases.push({ firmware, phase, ms });
-    const lastPowerOn = (device: string) => rig.bmcEvents().filter((e) => e.text.startsWith(`power on`) && e.text.includes(`device=${device}`)).at(-1);
+    const lastPowerOn = (device: string) =>
+      rig
+        .bmcEvents()
+        .filter((e) => e.text.startsWith(`power on`) && e.text.includes(`device=${device}`))
+        .at(-1);
     try {
       record('Ironic up', rig.ironicUpMs);
       const { api } = rig;
@@ -38,7 +42,10 @@ describe.each(firmwares)('full loop, %s', (firmware) => {
         boot_interface: 'ipxe',
         deploy_interface: 'direct',
         driver_info: {
-          ipmi_address: '127.0.0.1', ipmi_port: BMC_PORT, ipmi_username: 'admin', ipmi_password: 'password',
+          ipmi_address: '127.0.0.1',
+          ipmi_port: BMC_PORT,
+          ipmi_username: 'admin',
+          ipmi_password: 'password',
           deploy_kernel: `http://${HOST}:${HTTP_PORT}/images/deploy.kernel`,
           deploy_ramdisk: `http://${HOST}:${HTTP_PORT}/images/deploy.initramfs`,
         },
@@ -51,7 +58,12 @@ describe.each(firmwares)('full loop, %s', (firmware) => {
       // provide: automated cleaning boots the ramdisk through ipxe and runs the agent's clean steps
       const provideAt = Date.now();
       await api.provision(node.uuid, 'provide');
-      const looked = await api.waitFor(node.uuid, 'cleaning: ramdisk lookup', (n) => typeof n.driver_internal_info.agent_url === 'string' || n.provision_state === 'available', 900_000);
+      const looked = await api.waitFor(
+        node.uuid,
+        'cleaning: ramdisk lookup',
+        (n) => typeof n.driver_internal_info.agent_url === 'string' || n.provision_state === 'available',
+        900_000,
+      );
       const powerOn = lastPowerOn('network');
       expect(powerOn, 'the BMC powered the machine on from the network').toBeDefined();
       const lookupAt = Date.now();
@@ -64,19 +76,40 @@ describe.each(firmwares)('full loop, %s', (firmware) => {
 
       // deploy with a config drive Ironic builds from JSON
       const configdrive = {
-        meta_data: { hostname: `fullloop-${firmware}`, public_keys: { fullloop: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFULLLOOPtestkeyonlyforthefullloopsuite0000 fullloop' } },
+        meta_data: {
+          hostname: `fullloop-${firmware}`,
+          public_keys: {
+            fullloop: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFULLLOOPtestkeyonlyforthefullloopsuite0000 fullloop',
+          },
+        },
         user_data: `#cloud-config\nruncmd:\n  - |\n    echo "FULLLOOP-MARKER host=$(hostname) addr=$(ip -4 -o addr show scope global | awk '{print $4}')" > /dev/ttyS0\n`,
         network_data: {
           links: [{ id: 'nic0', type: 'phy', ethernet_mac_address: MAC, mtu: 1500 }],
-          networks: [{ id: 'net0', type: 'ipv4', link: 'nic0', ip_address: STATIC_IP, netmask: '255.255.255.0', network_id: 'fullloop', routes: [] }],
+          networks: [
+            {
+              id: 'net0',
+              type: 'ipv4',
+              link: 'nic0',
+              ip_address: STATIC_IP,
+              netmask: '255.255.255.0',
+              network_id: 'fullloop',
+              routes: [],
+            },
+          ],
           services: [],
         },
       };
       await api.call('PATCH', `/v1/nodes/${node.uuid}`, [
-        { op: 'add', path: '/instance_info', value: {
-          image_source: rig.imageUrl, image_disk_format: 'qcow2',
-          image_os_hash_algo: 'sha256', image_os_hash_value: rig.imageSha256,
-        } },
+        {
+          op: 'add',
+          path: '/instance_info',
+          value: {
+            image_source: rig.imageUrl,
+            image_disk_format: 'qcow2',
+            image_os_hash_algo: 'sha256',
+            image_os_hash_value: rig.imageSha256,
+          },
+        },
       ]);
       const deployAt = Date.now();
       await api.provision(node.uuid, 'active', { configdrive });
@@ -91,7 +124,8 @@ describe.each(firmwares)('full loop, %s', (firmware) => {
       for (;;) {
         screen = rig.serials().at(-1)?.[1] ?? '';
         if (screen.includes('FULLLOOP-MARKER') && /Cloud-init v\. \S+ finished/.test(screen)) break;
-        if (Date.now() > deadline) throw new Error(`instance: no cloud-init finish/marker on the console; tail:\n${screen.slice(-3000)}`);
+        if (Date.now() > deadline)
+          throw new Error(`instance: no cloud-init finish/marker on the console; tail:\n${screen.slice(-3000)}`);
         await new Promise((r) => setTimeout(r, 3000));
       }
       record('instance boot -> cloud-init done', Date.now() - diskBoot!.t);
@@ -99,7 +133,9 @@ describe.each(firmwares)('full loop, %s', (firmware) => {
       const ds = /Datasource DataSourceConfigDrive \[[^\]]*\]\[source=\/dev\/vda(\d+)\]/.exec(screen);
       expect(ds, 'cloud-init used DataSourceConfigDrive').not.toBeNull();
       expect(Number(ds![1])).toBeGreaterThan(3);
-      expect(screen).toMatch(new RegExp(`FULLLOOP-MARKER host=fullloop-${firmware} addr=${STATIC_IP.replaceAll('.', '\\.')}/24`));
+      expect(screen).toMatch(
+        new RegExp(`FULLLOOP-MARKER host=fullloop-${firmware} addr=${STATIC_IP.replaceAll('.', '\\.')}/24`),
+      );
 
       // undeploy: power off, ramdisk again, cleaning, available and off
       const undeployAt = Date.now();
@@ -108,7 +144,9 @@ describe.each(firmwares)('full loop, %s', (firmware) => {
       record('undeploy (-> cleaning -> available)', Date.now() - undeployAt);
       expect(after.power_state).toBe('power off');
       // network boots: cleaning on provide, deploy (no fast track), cleaning on undeploy
-      expect(rig.bmcEvents().filter((e) => e.text.startsWith('power on') && e.text.includes('device=network')).length).toBe(3);
+      expect(
+        rig.bmcEvents().filter((e) => e.text.startsWith('power on') && e.text.includes('device=network')).length,
+      ).toBe(3);
     } finally {
       await rig.stop();
     }

@@ -39,7 +39,9 @@ export class IronicApi {
       if (/fail/.test(n.provision_state) || n.provision_state === 'error')
         throw new Error(`${what}: node went to ${n.provision_state}: ${n.last_error}`);
       if (Date.now() > deadline)
-        throw new Error(`${what}: still ${n.provision_state} -> ${n.target_provision_state} after ${timeoutMs / 1000} s`);
+        throw new Error(
+          `${what}: still ${n.provision_state} -> ${n.target_provision_state} after ${timeoutMs / 1000} s`,
+        );
       await new Promise((r) => setTimeout(r, 2000));
     }
   }

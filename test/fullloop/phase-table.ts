@@ -13,5 +13,11 @@ export function formatPhases(rows: readonly Phase[]): string {
   const totals = [...new Set(rows.map((r) => r.firmware))].map(
     (f) => `${f} total ${(rows.filter((r) => r.firmware === f).reduce((s, r) => s + r.ms, 0) / 1000).toFixed(1)} s`,
   );
-  return ['Full loop: phase durations', line(header), line(widths.map((w) => '-'.repeat(w))), ...cells.map(line), ...totals].join('\n');
+  return [
+    'Full loop: phase durations',
+    line(header),
+    line(widths.map((w) => '-'.repeat(w))),
+    ...cells.map(line),
+    ...totals,
+  ].join('\n');
 }

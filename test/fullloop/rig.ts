@@ -2,7 +2,16 @@
 // http_root and the images, Ironic 21.4 (one `ironic` process), and the BMC that owns the QEMU machine.
 // stop() ends each by its pid and waits; run.sh ends whatever is left in the namespace.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { copyFileSync, mkdirSync, openSync, readFileSync, readdirSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  symlinkSync,
+  truncateSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { IronicApi } from './ironic-api.ts';
 
@@ -55,7 +64,8 @@ export async function startRig(firmware: Firmware, run: string, image: string): 
     }
   };
   try {
-    for (const d of ['log', 'state', 'tmp', 'locks', 'deploy-logs', 'www/images', 'pxe', 'vm']) mkdirSync(join(run, d), { recursive: true });
+    for (const d of ['log', 'state', 'tmp', 'locks', 'deploy-logs', 'www/images', 'pxe', 'vm'])
+      mkdirSync(join(run, d), { recursive: true });
     const out = join(repo, 'image-build', 'out');
     symlinkSync(join(out, 'vmlinuz'), join(run, 'www/images/deploy.kernel'));
     symlinkSync(join(out, 'initramfs.img'), join(run, 'www/images/deploy.initramfs'));
@@ -65,18 +75,33 @@ export async function startRig(firmware: Firmware, run: string, image: string): 
 
     const t0 = Date.now();
     const conf = readFileSync(join(repo, 'scripts/fullloop/ironic.conf.in'), 'utf8')
-      .replaceAll('@RUN@', run).replaceAll('@HOST@', HOST).replaceAll('@API_PORT@', String(API_PORT))
-      .replaceAll('@HTTP_PORT@', String(HTTP_PORT)).replaceAll('@BOOT_MODE@', firmware);
+      .replaceAll('@RUN@', run)
+      .replaceAll('@HOST@', HOST)
+      .replaceAll('@API_PORT@', String(API_PORT))
+      .replaceAll('@HTTP_PORT@', String(HTTP_PORT))
+      .replaceAll('@BOOT_MODE@', firmware);
     writeFileSync(join(run, 'ironic.conf'), conf);
-    const db = spawnSync(PY, ['/usr/bin/ironic-dbsync', '--config-file', join(run, 'ironic.conf'), 'create_schema'], { encoding: 'utf8' });
+    const db = spawnSync(PY, ['/usr/bin/ironic-dbsync', '--config-file', join(run, 'ironic.conf'), 'create_schema'], {
+      encoding: 'utf8',
+    });
     if (db.status !== 0) throw new Error(`ironic-dbsync: ${db.stderr.slice(-2000)}`);
-    const ironic = start('ironic', PY, ['/usr/bin/ironic', '--config-file', join(run, 'ironic.conf'), '--log-file', join(run, 'log/ironic-conductor.log')]);
+    const ironic = start('ironic', PY, [
+      '/usr/bin/ironic',
+      '--config-file',
+      join(run, 'ironic.conf'),
+      '--log-file',
+      join(run, 'log/ironic-conductor.log'),
+    ]);
     const api = new IronicApi(`http://127.0.0.1:${API_PORT}`);
-    await until('Ironic API with the ipmi driver', async () => {
-      if (ironic.exitCode !== null) throw new Error('ironic exited');
-      const d = await api.call<{ drivers: { name: string }[] }>('GET', '/v1/drivers');
-      return d.drivers.some((x) => x.name === 'ipmi');
-    }, 180_000).catch((e) => {
+    await until(
+      'Ironic API with the ipmi driver',
+      async () => {
+        if (ironic.exitCode !== null) throw new Error('ironic exited');
+        const d = await api.call<{ drivers: { name: string }[] }>('GET', '/v1/drivers');
+        return d.drivers.some((x) => x.name === 'ipmi');
+      },
+      180_000,
+    ).catch((e) => {
       throw new Error(`${e}; log tail:\n${readFileSync(join(run, 'log/ironic-conductor.log'), 'utf8').slice(-3000)}`);
     });
     const ironicUpMs = Date.now() - t0;
@@ -86,34 +111,67 @@ export async function startRig(firmware: Firmware, run: string, image: string): 
     writeFileSync(disk, '');
     truncateSync(disk, 4 * 1024 ** 3);
     const qemu = [
-      'qemu-system-x86_64', '-accel', 'tcg', '-cpu', 'max', '-m', '1536', '-smp', '1', '-nographic', '-monitor', 'none',
-      '-drive', `file=${disk},if=none,id=d0,format=raw,cache=unsafe`,
-      '-netdev', `user,id=n0,bootfile=http://${HOST}:${HTTP_PORT}/boot.ipxe,hostfwd=tcp:127.0.0.1:9999-:9999`,
+      'qemu-system-x86_64',
+      '-accel',
+      'tcg',
+      '-cpu',
+      'max',
+      '-m',
+      '1536',
+      '-smp',
+      '1',
+      '-nographic',
+      '-monitor',
+      'none',
+      '-drive',
+      `file=${disk},if=none,id=d0,format=raw,cache=unsafe`,
+      '-netdev',
+      `user,id=n0,bootfile=http://${HOST}:${HTTP_PORT}/boot.ipxe,hostfwd=tcp:127.0.0.1:9999-:9999`,
     ];
     if (firmware === 'uefi') {
       copyFileSync('/usr/share/OVMF/OVMF_VARS_4M.fd', join(vm, 'OVMF_VARS.fd'));
-      qemu.push('-drive', 'if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd',
-        '-drive', `if=pflash,format=raw,file=${join(vm, 'OVMF_VARS.fd')}`);
+      qemu.push(
+        '-drive',
+        'if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd',
+        '-drive',
+        `if=pflash,format=raw,file=${join(vm, 'OVMF_VARS.fd')}`,
+      );
     }
     const bmcConf = join(run, 'bmc.json');
-    writeFileSync(bmcConf, JSON.stringify({
-      port: BMC_PORT, username: 'admin', password: 'password', firmware, qemu, state_dir: vm,
-      disk_device: 'virtio-blk-pci,drive=d0,id=disk0,serial=FULLLOOP0',
-      nic_device: `virtio-net-pci,netdev=n0,id=nic0,mac=${MAC}`,
-    }));
+    writeFileSync(
+      bmcConf,
+      JSON.stringify({
+        port: BMC_PORT,
+        username: 'admin',
+        password: 'password',
+        firmware,
+        qemu,
+        state_dir: vm,
+        disk_device: 'virtio-blk-pci,drive=d0,id=disk0,serial=FULLLOOP0',
+        nic_device: `virtio-net-pci,netdev=n0,id=nic0,mac=${MAC}`,
+      }),
+    );
     start('bmc', PY, [join(import.meta.dirname, 'bmc.py'), bmcConf]);
     await until('the BMC', async () => readFileSync(join(run, 'log/bmc.log'), 'utf8').includes('listening'), 30_000);
 
     return {
-      run, api, ironicUpMs, imageSha256,
+      run,
+      api,
+      ironicUpMs,
+      imageSha256,
       imageUrl: `http://${HOST}:${HTTP_PORT}/images/instance.qcow2`,
-      bmcEvents: () => readFileSync(join(run, 'log/bmc.log'), 'utf8').split('\n').flatMap((l) => {
-        const m = /^(\d+\.\d+) (.*)$/.exec(l);
-        return m ? [{ t: Math.round(Number(m[1]) * 1000), text: m[2]! }] : [];
-      }),
-      serials: () => readdirSync(vm).filter((f) => f.startsWith('serial-'))
-        .sort((a, b) => Number(a.split('-')[1]) - Number(b.split('-')[1]))
-        .map((f) => [f, readFileSync(join(vm, f), 'latin1')]),
+      bmcEvents: () =>
+        readFileSync(join(run, 'log/bmc.log'), 'utf8')
+          .split('\n')
+          .flatMap((l) => {
+            const m = /^(\d+\.\d+) (.*)$/.exec(l);
+            return m ? [{ t: Math.round(Number(m[1]) * 1000), text: m[2]! }] : [];
+          }),
+      serials: () =>
+        readdirSync(vm)
+          .filter((f) => f.startsWith('serial-'))
+          .sort((a, b) => Number(a.split('-')[1]) - Number(b.split('-')[1]))
+          .map((f) => [f, readFileSync(join(vm, f), 'latin1')]),
       stop,
     };
   } catch (e) {

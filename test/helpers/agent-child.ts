@@ -30,22 +30,45 @@ export interface AgentChildOptions {
 }
 
 /** A blkio cgroup throttling writes to `device`; the shell that starts the agent joins it before exec. */
-async function throttleGroup(device: string, bytesPerSecond: number): Promise<{ procs: string; remove(): Promise<void> }> {
+async function throttleGroup(
+  device: string,
+  bytesPerSecond: number,
+): Promise<{ procs: string; remove(): Promise<void> }> {
   const dir = `/sys/fs/cgroup/blkio/ina-test-${process.pid}-${Date.now()}`;
   const rdev = (await stat(device)).rdev;
   await mkdir(dir);
-  await writeFile(join(dir, 'blkio.throttle.write_bps_device'), `${Math.floor(rdev / 256)}:${rdev % 256} ${bytesPerSecond}\n`);
+  await writeFile(
+    join(dir, 'blkio.throttle.write_bps_device'),
+    `${Math.floor(rdev / 256)}:${rdev % 256} ${bytesPerSecond}\n`,
+  );
   return { procs: join(dir, 'cgroup.procs'), remove: () => rmdir(dir).catch(() => undefined) };
 }
 
 /** Starts the agent; it counts as up once it logs that its API listens (after lookup, with a conductor). */
 export async function startAgentChild(device: string, opts: AgentChildOptions = {}): Promise<AgentChild> {
-  const flags = { standalone: 'true', 'kernel-cmdline': '/dev/null', 'ipa-listen-host': '127.0.0.1', 'ipa-listen-port': '0', 'device-allowlist': device, ...opts.flags };
-  const argv = [process.execPath, '--import', 'tsx', ...(opts.nodeArgs ?? []), join(root, 'agent/main.ts'), ...Object.entries(flags).map(([k, v]) => `--${k}=${v}`)];
+  const flags = {
+    standalone: 'true',
+    'kernel-cmdline': '/dev/null',
+    'ipa-listen-host': '127.0.0.1',
+    'ipa-listen-port': '0',
+    'device-allowlist': device,
+    ...opts.flags,
+  };
+  const argv = [
+    process.execPath,
+    '--import',
+    'tsx',
+    ...(opts.nodeArgs ?? []),
+    join(root, 'agent/main.ts'),
+    ...Object.entries(flags).map(([k, v]) => `--${k}=${v}`),
+  ];
   const group = opts.throttle ? await throttleGroup(opts.throttle.device, opts.throttle.bytesPerSecond) : undefined;
   // exec keeps one process, so that the pid is the agent's and signals reach it.
   const child = group
-    ? spawn('sh', ['-c', 'echo $$ > "$0" && exec "$@"', group.procs, ...argv], { cwd: root, env: { ...process.env, ...opts.env } })
+    ? spawn('sh', ['-c', 'echo $$ > "$0" && exec "$@"', group.procs, ...argv], {
+        cwd: root,
+        env: { ...process.env, ...opts.env },
+      })
     : spawn(argv[0]!, argv.slice(1), { cwd: root, env: { ...process.env, ...opts.env } });
   const output: string[] = [];
   let running = true;

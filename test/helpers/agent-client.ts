@@ -61,10 +61,15 @@ export function pythonJson(value: unknown): string {
   if (value === null || value === undefined) return 'null';
   if (Array.isArray(value)) return `[${value.map(pythonJson).join(', ')}]`;
   if (typeof value === 'object') {
-    return `{${Object.entries(value).map(([k, v]) => `${pythonJson(k)}: ${pythonJson(v)}`).join(', ')}}`;
+    return `{${Object.entries(value)
+      .map(([k, v]) => `${pythonJson(k)}: ${pythonJson(v)}`)
+      .join(', ')}}`;
   }
   if (typeof value === 'string') {
-    return JSON.stringify(value).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+    return JSON.stringify(value).replace(
+      /[\u007f-\uffff]/g,
+      (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+    );
   }
   return JSON.stringify(value);
 }
@@ -137,7 +142,8 @@ export class AgentClient {
       try {
         const { json } = await this.send('GET', this.query(undefined, this.o.tokenOnGet));
         const list = (json as { commands?: unknown }).commands;
-        if (!Array.isArray(list)) throw new AgentApiError(200, `no "commands" list in ${JSON.stringify(json).slice(0, 200)}`);
+        if (!Array.isArray(list))
+          throw new AgentApiError(200, `no "commands" list in ${JSON.stringify(json).slice(0, 200)}`);
         return list as CommandResult[];
       } catch (err) {
         if (err instanceof AgentApiError) throw err;
@@ -153,7 +159,11 @@ export class AgentClient {
   }
 
   /** Sends `extension.command`. `wait` asks for the final result; `poll` waits like install_bootloader. */
-  async command(name: string, params: Record<string, unknown> = {}, opts: { wait?: boolean; poll?: boolean } = {}): Promise<CommandResult> {
+  async command(
+    name: string,
+    params: Record<string, unknown> = {},
+    opts: { wait?: boolean; poll?: boolean } = {},
+  ): Promise<CommandResult> {
     for (let busy = 0; ; busy++) {
       try {
         const first = await this.post(name, params, opts.wait ?? false);
@@ -183,7 +193,8 @@ export class AgentClient {
       const json = reply.json as Partial<CommandResult> & { faultstring?: unknown };
       if (reply.status >= 400) {
         const fault = String(json.faultstring);
-        if (reply.status === 409 || fault.toLowerCase().includes('agent is busy')) throw new AgentInProgress(reply.status, fault);
+        if (reply.status === 409 || fault.toLowerCase().includes('agent is busy'))
+          throw new AgentInProgress(reply.status, fault);
         throw new AgentApiError(reply.status, fault);
       }
       const cmdError = json.command_error as { type?: unknown } | null | undefined;

@@ -17,7 +17,10 @@ export const DEFAULT_FILES: Readonly<Record<string, string>> = {
 };
 
 /** An ISO9660 image with Joliet and Rock Ridge, made with ironic's genisoimage flags. */
-export async function buildIso(files: Readonly<Record<string, string | Buffer>> = DEFAULT_FILES, label = 'config-2'): Promise<Buffer> {
+export async function buildIso(
+  files: Readonly<Record<string, string | Buffer>> = DEFAULT_FILES,
+  label = 'config-2',
+): Promise<Buffer> {
   const work = await mkdtemp(join(tmpdir(), 'ina-cd-fixture-'));
   try {
     const tree = join(work, 'tree');
@@ -27,7 +30,20 @@ export async function buildIso(files: Readonly<Record<string, string | Buffer>> 
       await writeFile(join(tree, path), content);
     }
     const iso = join(work, 'drive.iso');
-    await execa('genisoimage', ['-quiet', '-o', iso, '-ldots', '-allow-lowercase', '-allow-multidot', '-l', '-J', '-r', '-V', label, tree]);
+    await execa('genisoimage', [
+      '-quiet',
+      '-o',
+      iso,
+      '-ldots',
+      '-allow-lowercase',
+      '-allow-multidot',
+      '-l',
+      '-J',
+      '-r',
+      '-V',
+      label,
+      tree,
+    ]);
     return await readFile(iso);
   } finally {
     await rm(work, { recursive: true, force: true });

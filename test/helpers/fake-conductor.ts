@@ -17,7 +17,13 @@
 //   await agent.close(); await fake.close();
 import { randomBytes, randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { AgentClient, pythonJson, type AgentClientOptions } from './agent-client.ts';
 
@@ -245,7 +251,8 @@ export class FakeConductor extends EventEmitter<{ request: [RecordedRequest] }> 
     if (req.method === 'GET' && url.pathname === '/') return { status: 200, body: this.root() };
     const header = req.headers['x-openstack-ironic-api-version'];
     const version = typeof header === 'string' ? minor(header) : 1;
-    if (!Number.isFinite(version)) return error(400, `Invalid value for X-OpenStack-Ironic-API-Version header: ${header}`);
+    if (!Number.isFinite(version))
+      return error(400, `Invalid value for X-OpenStack-Ironic-API-Version header: ${header}`);
     if (version > minor(this.maxVersion)) {
       return error(406, `Version ${header} was requested but the requested API is not supported for this version.`);
     }
@@ -260,25 +267,49 @@ export class FakeConductor extends EventEmitter<{ request: [RecordedRequest] }> 
   }
 
   private root(): unknown {
-    const v = { id: 'v1', links: [{ href: `${this.url}/v1/`, rel: 'self' }], status: 'CURRENT', min_version: '1.1', version: this.maxVersion };
-    return { name: 'OpenStack Ironic API', description: 'Ironic is an OpenStack project which enables the provision and management of baremetal machines.', default_version: v, versions: [v] };
+    const v = {
+      id: 'v1',
+      links: [{ href: `${this.url}/v1/`, rel: 'self' }],
+      status: 'CURRENT',
+      min_version: '1.1',
+      version: this.maxVersion,
+    };
+    return {
+      name: 'OpenStack Ironic API',
+      description: 'Ironic is an OpenStack project which enables the provision and management of baremetal machines.',
+      default_version: v,
+      versions: [v],
+    };
   }
 
   private lookup(url: URL, version: number): { status: number; body?: unknown } {
     if (version < LOOKUP_MIN) return error(404, 'Resource could not be found.');
-    const addresses = (url.searchParams.get('addresses') ?? '').split(',').map((a) => a.trim().toLowerCase()).filter((a) => MAC.test(a));
+    const addresses = (url.searchParams.get('addresses') ?? '')
+      .split(',')
+      .map((a) => a.trim().toLowerCase())
+      .filter((a) => MAC.test(a));
     const uuid = url.searchParams.get('node_uuid');
     if (uuid !== null && !UUID.test(uuid)) return error(400, `Expected a UUID but received ${uuid}.`);
     if (addresses.length === 0 && uuid === null) {
-      return error(400, "Incomplete lookup request: at least one of 'addresses' and 'node_uuid' parameters is required.");
+      return error(
+        400,
+        "Incomplete lookup request: at least one of 'addresses' and 'node_uuid' parameters is required.",
+      );
     }
-    const node = uuid !== null ? this.nodes.get(uuid) : [...this.nodes.values()].find((n) => n.macs.some((m) => addresses.includes(m)));
+    const node =
+      uuid !== null
+        ? this.nodes.get(uuid)
+        : [...this.nodes.values()].find((n) => n.macs.some((m) => addresses.includes(m)));
     if (!node?.lookupAllowed) return error(404, 'Resource could not be found.');
     const queued = this.lookupQueue.shift();
     if (queued === 409) {
-      return error(409, `Node ${node.uuid} is locked by host fake-conductor, please retry after the current operation is completed.`);
+      return error(
+        409,
+        `Node ${node.uuid} is locked by host fake-conductor, please retry after the current operation is completed.`,
+      );
     }
-    if (queued !== undefined) return error(queued, queued === 404 ? 'Resource could not be found.' : `Simulated failure ${queued}`);
+    if (queued !== undefined)
+      return error(queued, queued === 404 ? 'Resource could not be found.' : `Simulated failure ${queued}`);
     let token: string | null = null;
     if (version >= 62) {
       if (node.internal.agent_secret_token) {
@@ -295,7 +326,10 @@ export class FakeConductor extends EventEmitter<{ request: [RecordedRequest] }> 
           uuid: node.uuid,
           properties: node.properties,
           instance_info: { ...node.instanceInfo, ...(node.instanceInfo.image_url ? { image_url: '******' } : {}) },
-          driver_internal_info: { ...node.internal, ...(node.internal.agent_secret_token ? { agent_secret_token: '******' } : {}) },
+          driver_internal_info: {
+            ...node.internal,
+            ...(node.internal.agent_secret_token ? { agent_secret_token: '******' } : {}),
+          },
           links: [
             { href: `${this.url}/v1/nodes/${node.uuid}`, rel: 'self' },
             { href: `${this.url}/nodes/${node.uuid}`, rel: 'bookmark' },
@@ -308,7 +342,13 @@ export class FakeConductor extends EventEmitter<{ request: [RecordedRequest] }> 
 
   private lookupConfig(token: string | null): Record<string, unknown> {
     return {
-      metrics: { backend: 'noop', prepend_host: false, prepend_uuid: false, prepend_host_reverse: true, global_prefix: null },
+      metrics: {
+        backend: 'noop',
+        prepend_host: false,
+        prepend_uuid: false,
+        prepend_host_reverse: true,
+        global_prefix: null,
+      },
       metrics_statsd: { statsd_host: 'localhost', statsd_port: 8125 },
       heartbeat_timeout: this.heartbeatTimeout,
       agent_containers: {
@@ -340,9 +380,12 @@ export class FakeConductor extends EventEmitter<{ request: [RecordedRequest] }> 
       return error(400, 'The request body is not valid JSON');
     }
     rec.body = body;
-    if (body.agent_version !== undefined && version < 36) return error(400, 'Field agent_version requires API version 1.36');
-    if (body.agent_verify_ca !== undefined && version < 68) return error(400, 'Field agent_verify_ca requires API version 1.68');
-    if (body.agent_status !== undefined && version < 72) return error(400, 'Field agent_status requires API version 1.72');
+    if (body.agent_version !== undefined && version < 36)
+      return error(400, 'Field agent_version requires API version 1.36');
+    if (body.agent_verify_ca !== undefined && version < 68)
+      return error(400, 'Field agent_verify_ca requires API version 1.68');
+    if (body.agent_status !== undefined && version < 72)
+      return error(400, 'Field agent_status requires API version 1.72');
     const node = this.nodes.get(id);
     if (!node) return error(404, `Node ${id} could not be found.`);
     const callback = typeof body.callback_url === 'string' ? body.callback_url : '';
@@ -350,12 +393,17 @@ export class FakeConductor extends EventEmitter<{ request: [RecordedRequest] }> 
       return error(400, `Invalid callback URL: ${callback}`);
     }
     const i = node.internal;
-    if (i.agent_url && i.agent_url !== callback) return error(400, 'Detected change in ramdisk provided "callback_url"');
+    if (i.agent_url && i.agent_url !== callback)
+      return error(400, 'Detected change in ramdisk provided "callback_url"');
     if (body.agent_token === undefined || body.agent_token === null) {
       return error(400, 'Agent token is required for heartbeat processing.');
     }
     const queued = this.heartbeatQueue.shift();
-    if (queued !== undefined) return error(queued, queued === 409 ? `Node ${id} is locked by host fake-conductor.` : `Simulated failure ${queued}`);
+    if (queued !== undefined)
+      return error(
+        queued,
+        queued === 409 ? `Node ${id} is locked by host fake-conductor.` : `Simulated failure ${queued}`,
+      );
     if (body.agent_version === undefined && body.agent_status === undefined) {
       return error(400, 'Missing parameter agent_version');
     }

@@ -68,18 +68,26 @@ export interface FakeFirmware {
   close(): Promise<void>;
 }
 
-export async function fakeFirmware(opts: { entries: FakeBootEntry[]; pstore?: string[]; pstoreMounted?: boolean }): Promise<FakeFirmware> {
+export async function fakeFirmware(opts: {
+  entries: FakeBootEntry[];
+  pstore?: string[];
+  pstoreMounted?: boolean;
+}): Promise<FakeFirmware> {
   const root = await mkdtemp(join(tmpdir(), 'ina-firmware-root-'));
   const efivars = join(root, 'sys', 'firmware', 'efi', 'efivars');
   const pstore = join(root, 'sys', 'fs', 'pstore');
   await mkdir(efivars, { recursive: true });
   await mkdir(pstore, { recursive: true });
   await mkdir(join(root, 'proc'));
-  const mounts = ['sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0', 'proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0'];
+  const mounts = [
+    'sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0',
+    'proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0',
+  ];
   if (opts.pstoreMounted ?? true) mounts.push('pstore /sys/fs/pstore pstore rw,nosuid,nodev,noexec,relatime 0 0');
   await writeFile(join(root, 'proc', 'mounts'), `${mounts.join('\n')}\n`);
   for (const name of opts.pstore ?? []) await writeFile(join(pstore, name), `crash record ${name}\n`);
-  const put = (name: string, data: Buffer) => writeFile(join(efivars, `${name}-${GLOBAL_GUID}`), Buffer.concat([ATTRS, data]));
+  const put = (name: string, data: Buffer) =>
+    writeFile(join(efivars, `${name}-${GLOBAL_GUID}`), Buffer.concat([ATTRS, data]));
   for (const e of opts.entries) {
     await put(`Boot${e.num}`, loadOption(e.label, e.loader ? [hd(1), file(e.loader)] : [pciRoot()]));
   }
@@ -90,7 +98,11 @@ export async function fakeFirmware(opts: { entries: FakeBootEntry[]; pstore?: st
     root,
     efivars,
     pstore,
-    bootEntries: async () => (await readdir(efivars)).map((n) => /^Boot([0-9A-F]{4})-/.exec(n)?.[1]).filter((n): n is string => !!n).sort(),
+    bootEntries: async () =>
+      (await readdir(efivars))
+        .map((n) => /^Boot([0-9A-F]{4})-/.exec(n)?.[1])
+        .filter((n): n is string => !!n)
+        .sort(),
     pstoreEntries: async () => (await readdir(pstore)).sort(),
     close: () => rm(root, { recursive: true, force: true }),
   };

@@ -24,7 +24,12 @@ export async function startImageAgent(
 ): Promise<RunningAgent> {
   const running = await startAgent({ 'device-allowlist': device, ...FAST_FLAGS, ...flags }, undefined, log, clock);
   running.agent.services.state.update({
-    node: { uuid: 'ina-test-node', properties: { root_device: { name: device } }, instance_info: {}, driver_internal_info: {} },
+    node: {
+      uuid: 'ina-test-node',
+      properties: { root_device: { name: device } },
+      instance_info: {},
+      driver_internal_info: {},
+    },
   });
   return running;
 }

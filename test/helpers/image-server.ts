@@ -3,7 +3,13 @@
 // forward proxy (absolute-URI requests and CONNECT) that records what went through it.
 import { createReadStream } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
-import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import { createServer as createTlsServer } from 'node:https';
 import { connect, type AddressInfo, type Socket } from 'node:net';
 import { execa } from 'execa';
@@ -88,7 +94,13 @@ export class ImageServer {
 
   async serveFile(name: string, path: string): Promise<string> {
     const { size, mtimeMs } = await stat(path);
-    this.files.set(name, { file: path, size, etag: `"${name}-${mtimeMs}"`, lastModified: new Date(mtimeMs).toUTCString(), faults: [] });
+    this.files.set(name, {
+      file: path,
+      size,
+      etag: `"${name}-${mtimeMs}"`,
+      lastModified: new Date(mtimeMs).toUTCString(),
+      faults: [],
+    });
     return this.url(name);
   }
 
@@ -187,8 +199,25 @@ export async function startImageServer(options: ServerOptions = {}): Promise<Ima
 export async function selfSignedCert(dir: string): Promise<{ key: string; cert: string; certFile: string }> {
   const keyFile = `${dir}/key.pem`;
   const certFile = `${dir}/cert.pem`;
-  await execa('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1',
-    '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1', '-keyout', keyFile, '-out', certFile]);
+  await execa('openssl', [
+    'req',
+    '-x509',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-days',
+    '1',
+    '-subj',
+    '/CN=127.0.0.1',
+    '-addext',
+    'subjectAltName=IP:127.0.0.1',
+    '-keyout',
+    keyFile,
+    '-out',
+    certFile,
+  ]);
   return { key: await readFile(keyFile, 'utf8'), cert: await readFile(certFile, 'utf8'), certFile };
 }
 

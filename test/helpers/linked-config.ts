@@ -5,12 +5,14 @@ import { buildConfig, type Config } from '../../agent/config/config.ts';
 export function linkedConfig(apiUrl: string, flags: Record<string, string> = {}): Config {
   return buildConfig(
     new Map(),
-    new Map(Object.entries({
-      'ipa-api-url': apiUrl,
-      'ipa-listen-host': '127.0.0.1',
-      'ipa-listen-port': '0',
-      'ipa-nic-wait-timeout': '0',
-      ...flags,
-    })),
+    new Map(
+      Object.entries({
+        'ipa-api-url': apiUrl,
+        'ipa-listen-host': '127.0.0.1',
+        'ipa-listen-port': '0',
+        'ipa-nic-wait-timeout': '0',
+        ...flags,
+      }),
+    ),
   );
 }

@@ -28,7 +28,10 @@ export function switchFrame(opts: { src: string; port: string; system: string; v
     tlv(7, Buffer.from([0x00, 0x14, 0x00, 0x14])),
     tlv(8, Buffer.from([5, 1, 10, 0, 0, 2, 2, 0, 0, 0, 0, 0])),
     tlv(127, Buffer.concat([Buffer.from([0x00, 0x80, 0xc2, 1]), u16(opts.vlan)])),
-    tlv(127, Buffer.concat([Buffer.from([0x00, 0x80, 0xc2, 3]), u16(opts.vlan), Buffer.from([vlanName.length]), vlanName])),
+    tlv(
+      127,
+      Buffer.concat([Buffer.from([0x00, 0x80, 0xc2, 3]), u16(opts.vlan), Buffer.from([vlanName.length]), vlanName]),
+    ),
     tlv(127, Buffer.from([0x00, 0x12, 0x0f, 1, 0x03, 0x6c, 0x00, 0x00, 0x1e])),
     tlv(0, Buffer.alloc(0)),
   ]);

@@ -48,7 +48,11 @@ export async function detachLoop(dev: LoopDevice): Promise<void> {
 }
 
 /** Attaches devices for a test body and detaches them whatever happens. */
-export async function withLoops<T>(sizes: number[], body: (devs: LoopDevice[]) => Promise<T>, opts: { sectorSize?: number } = {}): Promise<T> {
+export async function withLoops<T>(
+  sizes: number[],
+  body: (devs: LoopDevice[]) => Promise<T>,
+  opts: { sectorSize?: number } = {},
+): Promise<T> {
   const devs: LoopDevice[] = [];
   try {
     for (const size of sizes) devs.push(await attachLoop(size, opts));

@@ -25,7 +25,10 @@ export async function workDir(prefix = 'ina-img-'): Promise<{ dir: string; clean
 }
 
 /** A `sizeMiB` whole-disk image: the partition spans 1 MiB .. size-1 MiB, the marker file is `/ina-marker.txt`. */
-export async function makeDiskImage(dir: string, opts: { sizeMiB?: number; table?: 'gpt' | 'mbr'; name?: string; randomKiB?: number } = {}): Promise<DiskImage> {
+export async function makeDiskImage(
+  dir: string,
+  opts: { sizeMiB?: number; table?: 'gpt' | 'mbr'; name?: string; randomKiB?: number } = {},
+): Promise<DiskImage> {
   const sizeMiB = opts.sizeMiB ?? 8;
   const table = opts.table ?? 'gpt';
   const name = opts.name ?? `disk-${table}.raw`;
@@ -47,7 +50,17 @@ export async function makeDiskImage(dir: string, opts: { sizeMiB?: number; table
   if (table === 'gpt') {
     await execa('sgdisk', ['-n', `1:${startSector}:${endSector}`, '-t', '1:8300', '-c', '1:root', path]);
   } else {
-    await execa('parted', ['-s', path, 'mklabel', 'msdos', 'mkpart', 'primary', 'ext4', `${startSector}s`, `${endSector}s`]);
+    await execa('parted', [
+      '-s',
+      path,
+      'mklabel',
+      'msdos',
+      'mkpart',
+      'primary',
+      'ext4',
+      `${startSector}s`,
+      `${endSector}s`,
+    ]);
   }
   await execa('dd', [`if=${fs}`, `of=${path}`, 'bs=1M', 'seek=1', 'conv=notrunc', 'status=none']);
   await rm(fs);
@@ -69,7 +82,16 @@ export async function qcow2WithBackingFile(raw: string, out = `${raw}.backed.qco
 /** A qcow2 whose data lives in an external raw data file. */
 export async function qcow2WithDataFile(dir: string, sizeMiB = 8): Promise<string> {
   const out = join(dir, 'datafile.qcow2');
-  await execa('qemu-img', ['create', '-q', '-f', 'qcow2', '-o', `data_file=${join(dir, 'datafile.raw')},data_file_raw=on`, out, `${sizeMiB}M`]);
+  await execa('qemu-img', [
+    'create',
+    '-q',
+    '-f',
+    'qcow2',
+    '-o',
+    `data_file=${join(dir, 'datafile.raw')},data_file_raw=on`,
+    out,
+    `${sizeMiB}M`,
+  ]);
   return out;
 }
 

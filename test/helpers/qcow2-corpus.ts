@@ -50,7 +50,17 @@ export async function buildImage(dir: string, spec: Spec): Promise<string> {
   if (spec.convert) {
     const raw = join(dir, `${spec.name}.src.raw`);
     await writeFile(raw, spec.convert.raw);
-    await execa('qemu-img', ['convert', '-f', 'raw', '-O', 'qcow2', ...(spec.convert.compress ? ['-c'] : []), ...opts, raw, file]);
+    await execa('qemu-img', [
+      'convert',
+      '-f',
+      'raw',
+      '-O',
+      'qcow2',
+      ...(spec.convert.compress ? ['-c'] : []),
+      ...opts,
+      raw,
+      file,
+    ]);
   } else {
     await execa('qemu-img', ['create', '-q', '-f', 'qcow2', ...opts, file, String(spec.virtualSize)]);
   }
@@ -81,7 +91,10 @@ export async function referenceRaw(file: string, dir: string): Promise<Buffer> {
 export class MemoryTarget implements WriteTarget {
   readonly bytes: Buffer;
   written = 0;
-  constructor(readonly size: number, fill = 0xa5) {
+  constructor(
+    readonly size: number,
+    fill = 0xa5,
+  ) {
     this.bytes = Buffer.alloc(size, fill);
   }
   async write(offset: number, data: Buffer): Promise<void> {
@@ -95,16 +108,26 @@ export class MemoryTarget implements WriteTarget {
     this.written += length;
   }
   private check(offset: number, length: number): void {
-    if (!(offset >= 0 && length >= 0 && offset + length <= this.size)) throw new Error(`OUT OF BOUNDS write ${offset}+${length} (size ${this.size})`);
+    if (!(offset >= 0 && length >= 0 && offset + length <= this.size))
+      throw new Error(`OUT OF BOUNDS write ${offset}+${length} (size ${this.size})`);
   }
 }
 
 /** Streams `image` through the reader in chunks of varying size; returns the target. */
-export async function readIntoMemory(image: Buffer, opts: { deviceSize?: number; spoolBudget?: number; seed?: number; declared?: boolean } = {}): Promise<{ target: MemoryTarget; reader: Qcow2Reader }> {
+export async function readIntoMemory(
+  image: Buffer,
+  opts: { deviceSize?: number; spoolBudget?: number; seed?: number; declared?: boolean } = {},
+): Promise<{ target: MemoryTarget; reader: Qcow2Reader }> {
   const head = image.subarray(0, INSPECT_HEAD_BYTES);
-  const layout = parseQcow2Header(head, { deviceSize: opts.deviceSize ?? 64 * MiB, declaredLength: opts.declared === false ? undefined : image.length });
+  const layout = parseQcow2Header(head, {
+    deviceSize: opts.deviceSize ?? 64 * MiB,
+    declaredLength: opts.declared === false ? undefined : image.length,
+  });
   const target = new MemoryTarget(layout.virtualSize);
-  const reader = new Qcow2Reader(layout, target, { spoolBudget: opts.spoolBudget ?? 64 * MiB, declaredLength: opts.declared === false ? undefined : image.length });
+  const reader = new Qcow2Reader(layout, target, {
+    spoolBudget: opts.spoolBudget ?? 64 * MiB,
+    declaredLength: opts.declared === false ? undefined : image.length,
+  });
   const r = rng(opts.seed ?? 7);
   for (let at = 0; at < image.length; ) {
     const n = Math.max(1, Math.floor(r() * 200 * KiB));

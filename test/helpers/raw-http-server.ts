@@ -65,7 +65,9 @@ export class RawHttpServer {
       const head = pending.subarray(0, end).toString('latin1').split('\r\n');
       pending = pending.subarray(end + 4);
       const [method = '', path = ''] = head[0]!.split(' ');
-      const headers = Object.fromEntries(head.slice(1).map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]));
+      const headers = Object.fromEntries(
+        head.slice(1).map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]),
+      );
       busy = true;
       void this.answer(socket, { method, path, headers }).then((open) => {
         busy = false;
@@ -90,7 +92,8 @@ export class RawHttpServer {
     const range = /^bytes=(\d+)-$/.exec(req.headers.range ?? '');
     const from = range && Number(range[1]) < file.length ? Number(range[1]) : 0;
     const body = file.subarray(from);
-    const status = from > 0 ? `206 Partial Content\r\nContent-Range: bytes ${from}-${file.length - 1}/${file.length}` : '200 OK';
+    const status =
+      from > 0 ? `206 Partial Content\r\nContent-Range: bytes ${from}-${file.length - 1}/${file.length}` : '200 OK';
     const head = Buffer.from(
       `HTTP/1.1 ${status}\r\nContent-Length: ${body.length}\r\nAccept-Ranges: bytes\r\nETag: "raw-${file.length}"\r\n` +
         `Connection: ${behaviour === 'keep-alive' ? 'keep-alive' : 'close'}\r\n\r\n`,

@@ -29,7 +29,8 @@ export class VirtualClock implements Clock {
   advance(ms: number): void {
     this.t += Math.max(0, ms);
     for (const timer of this.timers) {
-      if (timer.at <= this.t && !timer.ctl.signal.aborted) timer.ctl.abort(new DOMException('The deadline passed', 'TimeoutError'));
+      if (timer.at <= this.t && !timer.ctl.signal.aborted)
+        timer.ctl.abort(new DOMException('The deadline passed', 'TimeoutError'));
     }
   }
 }

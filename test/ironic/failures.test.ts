@@ -31,7 +31,12 @@ afterAll(async () => {
   await rig?.close();
 });
 
-async function failingDeploy(image: BuiltImage, format: 'raw' | 'qcow2', checksum: 'sha256' | 'wrong-sha256', tag: string) {
+async function failingDeploy(
+  image: BuiltImage,
+  format: 'raw' | 'qcow2',
+  checksum: 'sha256' | 'wrong-sha256',
+  tag: string,
+) {
   await rig.bm.run(['node', 'set', rig.uuid, ...instanceInfoArgs(rig, image, format, checksum)]);
   await rig.bm.run(['node', 'deploy', rig.uuid, '--config-drive', JSON.stringify(configDriveFor(rig.uuid, tag))]);
   return waitForState(rig.bm, rig.uuid, 'deploy failed', { explain: rig.explain });
@@ -39,7 +44,10 @@ async function failingDeploy(image: BuiltImage, format: 'raw' | 'qcow2', checksu
 
 async function expectNoDeployedImage(): Promise<void> {
   const table = await partitionTable(rig.disk.path);
-  expect(table.label, `partition table left on ${rig.disk.path} after a failed deploy: ${JSON.stringify(table)}`).toBeNull();
+  expect(
+    table.label,
+    `partition table left on ${rig.disk.path} after a failed deploy: ${JSON.stringify(table)}`,
+  ).toBeNull();
 }
 
 describe('failed deploys end in "deploy failed" with the agent\'s error and no usable image', () => {
@@ -52,7 +60,9 @@ describe('failed deploys end in "deploy failed" with the agent\'s error and no u
 
   it('7b. a wrong sha256 -> deploy failed, with the checksum error in last_error', () =>
     chain.step('7b', async () => {
-      const node = await phase(S, 'deploy with a wrong checksum', () => failingDeploy(raw, 'raw', 'wrong-sha256', 'badsum'));
+      const node = await phase(S, 'deploy with a wrong checksum', () =>
+        failingDeploy(raw, 'raw', 'wrong-sha256', 'badsum'),
+      );
       expect(node.last_error).toMatch(/Image failed to verify against checksum/);
       expect(node.last_error).toContain('f'.repeat(64));
       await expectNoDeployedImage();
@@ -66,7 +76,9 @@ describe('failed deploys end in "deploy failed" with the agent\'s error and no u
 
   it('7d. a qcow2 with a backing file -> deploy failed, refused by the safety check', () =>
     chain.step('7d', async () => {
-      const node = await phase(S, 'deploy a qcow2 with a backing file', () => failingDeploy(backed, 'qcow2', 'sha256', 'backed'));
+      const node = await phase(S, 'deploy a qcow2 with a backing file', () =>
+        failingDeploy(backed, 'qcow2', 'sha256', 'backed'),
+      );
       expect(node.last_error).toMatch(/Security: Image failed safety check/);
       await expectNoDeployedImage();
     }));

@@ -30,7 +30,10 @@ describe('with fast track off the agent follows Ironic through power cycles', ()
       const node = await phase(S, 'provide (automated clean)', () => rig.drive('provide', [], 'available'));
       expect(node.last_error).toBeNull();
       expect(await rig.lookups()).toBeGreaterThan(0);
-      expect(node.driver_internal_info.agent_url, 'cleaning ended with a power-off, which forgets the agent').toBeUndefined();
+      expect(
+        node.driver_internal_info.agent_url,
+        'cleaning ended with a power-off, which forgets the agent',
+      ).toBeUndefined();
     }));
 
   it('6b. deploy -> active, after a fresh lookup', () =>

@@ -46,7 +46,9 @@ interface Case {
   image: () => BuiltImage;
   /** The format Ironic is told (a compressed image is declared raw: no format inspector knows gzip or zstd). */
   declared: Format;
-  /** What the conductor hands the agent (sid's format inspector calls a GPT disk `gpt`, which the agent takes as raw). */
+  /**
+   * What the conductor hands the agent (sid's format inspector calls a GPT disk `gpt`, which the agent takes as raw).
+   */
   expect: { diskFormat: Format | 'gpt'; converted: boolean; compression?: 'gzip' | 'zstd' };
 }
 
@@ -61,15 +63,31 @@ function scenario(forceRaw: boolean) {
   let deployed = 0;
 
   const cases: Record<string, Case> = {
-    raw: { image: () => raw, declared: 'raw', expect: { diskFormat: !forceRaw && ironicKind() === 'sid' ? 'gpt' : 'raw', converted: false } },
-    qcow2: { image: () => qcow2, declared: 'qcow2', expect: { diskFormat: forceRaw ? 'raw' : 'qcow2', converted: forceRaw } },
-    [packing]: { image: () => packed, declared: 'raw', expect: { diskFormat: 'raw', converted: false, compression: packing } },
+    raw: {
+      image: () => raw,
+      declared: 'raw',
+      expect: { diskFormat: !forceRaw && ironicKind() === 'sid' ? 'gpt' : 'raw', converted: false },
+    },
+    qcow2: {
+      image: () => qcow2,
+      declared: 'qcow2',
+      expect: { diskFormat: forceRaw ? 'raw' : 'qcow2', converted: forceRaw },
+    },
+    [packing]: {
+      image: () => packed,
+      declared: 'raw',
+      expect: { diskFormat: 'raw', converted: false, compression: packing },
+    },
   };
 
   describe(`image_download_source=local, force_raw_images=${forceRaw} (Ironic ${ironicKind()})`, () => {
     beforeAll(async () => {
       rig = await phase(S, 'start Ironic + agent, enroll', () =>
-        createRig(`ina-local-${forceRaw ? 'raw' : 'asis'}`, { ironic: { downloadSource: 'local', forceRaw }, node: { automated_clean: false } }));
+        createRig(`ina-local-${forceRaw ? 'raw' : 'asis'}`, {
+          ironic: { downloadSource: 'local', forceRaw },
+          node: { automated_clean: false },
+        }),
+      );
       raw = await buildRawImage(rig.dir, 'disk.raw');
       qcow2 = await toQcow2(rig.dir, raw, 'disk.qcow2');
       packed = await compressed(raw, packing);
@@ -88,7 +106,9 @@ function scenario(forceRaw: boolean) {
       }));
 
     for (const [name, c] of Object.entries(cases)) {
-      const what = c.expect.converted ? 'converted to raw, checksum recomputed' : `served as ${c.expect.diskFormat}, checksum kept`;
+      const what = c.expect.converted
+        ? 'converted to raw, checksum recomputed'
+        : `served as ${c.expect.diskFormat}, checksum kept`;
       it(`${name}: the conductor caches it and serves it (${what}); the disk holds the image`, () =>
         chain.step(name, async () => {
           const image = c.image();
@@ -96,8 +116,18 @@ function scenario(forceRaw: boolean) {
             await phase(S, 'undeploy (no cleaning)', () => rig.drive('undeploy', [], 'available'));
             await zeroDisk(rig, raw.root.end);
           }
-          const info = { image_source: rig.images.url(image.name), image_disk_format: c.declared, image_os_hash_algo: 'sha256', image_os_hash_value: image.sha256 };
-          await rig.bm.run(['node', 'set', rig.uuid, ...Object.entries(info).flatMap(([k, v]) => ['--instance-info', `${k}=${v}`])]);
+          const info = {
+            image_source: rig.images.url(image.name),
+            image_disk_format: c.declared,
+            image_os_hash_algo: 'sha256',
+            image_os_hash_value: image.sha256,
+          };
+          await rig.bm.run([
+            'node',
+            'set',
+            rig.uuid,
+            ...Object.entries(info).flatMap(([k, v]) => ['--instance-info', `${k}=${v}`]),
+          ]);
           const requestsBefore = (await imageRequests(rig)).length;
           const node = await phase(S, `deploy ${name}`, () => rig.drive('deploy', [], 'active'));
 
@@ -105,7 +135,9 @@ function scenario(forceRaw: boolean) {
           const ii = node.instance_info;
           expect(ii.image_disk_format).toBe(c.expect.diskFormat);
           expect(ii.image_os_hash_algo).toBe('sha256');
-          expect(ii.image_os_hash_value, 'sha256 of what the conductor serves').toBe(c.expect.converted ? raw.sha256 : image.sha256);
+          expect(ii.image_os_hash_value, 'sha256 of what the conductor serves').toBe(
+            c.expect.converted ? raw.sha256 : image.sha256,
+          );
           expect(ii.image_checksum ?? null, 'no legacy checksum').toBeNull();
 
           // what the agent was given
@@ -114,9 +146,16 @@ function scenario(forceRaw: boolean) {
           const got = requests[0]!;
           expect(got.urls).toEqual([`${rig.ironic.httpUrl}/agent_images/${rig.uuid}`]);
           expect(got.disk_format).toBe(c.expect.diskFormat === 'gpt' ? 'raw' : c.expect.diskFormat);
-          expect(got.checksum).toEqual({ field: 'os_hash_value', algo: 'sha256', value: c.expect.converted ? raw.sha256 : image.sha256 });
+          expect(got.checksum).toEqual({
+            field: 'os_hash_value',
+            algo: 'sha256',
+            value: c.expect.converted ? raw.sha256 : image.sha256,
+          });
           const log = await rig.agent.log();
-          if (c.expect.compression) expect(log, 'the agent decoded the image on the way').toMatch(new RegExp(`"compression":"${c.expect.compression}"`));
+          if (c.expect.compression)
+            expect(log, 'the agent decoded the image on the way').toMatch(
+              new RegExp(`"compression":"${c.expect.compression}"`),
+            );
 
           // the bytes on the disk
           const payload = await imagePayloadOnDisk(rig.disk.path, raw);

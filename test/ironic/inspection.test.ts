@@ -22,7 +22,10 @@ import { waitForState } from './support/wait-state.ts';
 
 const S = 'inspection (sid)';
 const sid = ironicKind() === 'sid';
-if (!sid) console.warn('inspection.test.ts skipped: it needs the newest Ironic (INA_IRONIC=sid); 21.4 has no agent inspect interface');
+if (!sid)
+  console.warn(
+    'inspection.test.ts skipped: it needs the newest Ironic (INA_IRONIC=sid); 21.4 has no agent inspect interface',
+  );
 
 const EXTRA_CONF = `
 [DEFAULT]
@@ -66,7 +69,12 @@ async function startAgent(): Promise<AgentProcess> {
   return agent;
 }
 
-const explain = async () => `--- agent\n${(await agents.at(-1)?.tail(30)) ?? ''}\n--- conductor\n${(await ironic.conductorLog()).split('\n').filter((l) => / (ERROR|WARNING) /.test(l)).slice(-12).join('\n')}`;
+const explain = async () =>
+  `--- agent\n${(await agents.at(-1)?.tail(30)) ?? ''}\n--- conductor\n${(await ironic.conductorLog())
+    .split('\n')
+    .filter((l) => / (ERROR|WARNING) /.test(l))
+    .slice(-12)
+    .join('\n')}`;
 
 async function heartbeated(uuid: string, timeoutMs = 90_000) {
   const deadline = Date.now() + timeoutMs;
@@ -102,10 +110,20 @@ describe.skipIf(!sid)('in-band inspection with Ironic 39 (agent inspect interfac
 
   it('inspects an enrolled node: manageable, properties from the hooks, and the agent heartbeats after', async () => {
     const enroll = join(dir, 'enroll.json');
-    await writeFile(enroll, JSON.stringify({ nodes: [{
-      name: 'ina-inspect', driver: 'fake-hardware', inspect_interface: 'agent',
-      properties: { root_device: { name: disk.path } }, ports: [{ address: mac }],
-    }] }));
+    await writeFile(
+      enroll,
+      JSON.stringify({
+        nodes: [
+          {
+            name: 'ina-inspect',
+            driver: 'fake-hardware',
+            inspect_interface: 'agent',
+            properties: { root_device: { name: disk.path } },
+            ports: [{ address: mac }],
+          },
+        ],
+      }),
+    );
     await bm.run(['create', enroll]);
     inspectedUuid = (await bm.node('ina-inspect')).uuid;
     const uuid = inspectedUuid;
@@ -116,11 +134,16 @@ describe.skipIf(!sid)('in-band inspection with Ironic 39 (agent inspect interfac
     });
     await bm.run(['node', 'inspect', uuid]);
     for (let i = 0; (await bm.node(uuid)).provision_state !== 'inspect wait'; i++) {
-      if (i > 60) throw new Error(`node never reached "inspect wait"\n${JSON.stringify(await bm.node(uuid))}\n${await explain()}`);
+      if (i > 60)
+        throw new Error(
+          `node never reached "inspect wait"\n${JSON.stringify(await bm.node(uuid))}\n${await explain()}`,
+        );
       await new Promise((r) => setTimeout(r, 1000));
     }
     await startAgent();
-    const node = await phase(S, 'inspect -> manageable', () => waitForState(bm, uuid, 'manageable', { explain }, 180_000));
+    const node = await phase(S, 'inspect -> manageable', () =>
+      waitForState(bm, uuid, 'manageable', { explain }, 180_000),
+    );
     expect(node.last_error).toBeNull();
     const full = await api<{ properties: Record<string, unknown> }>(`/v1/nodes/${uuid}`);
     const inv = (await api<{ inventory: Record<string, any> }>(`/v1/nodes/${uuid}/inventory`)).inventory;
@@ -131,19 +154,29 @@ describe.skipIf(!sid)('in-band inspection with Ironic 39 (agent inspect interfac
       local_gb: Math.floor(disk.sizeBytes / GiB) - 1,
     });
     expect(String(full.properties.capabilities)).toMatch(/boot_mode:bios/);
-    const ports = await api<{ ports: { address: string; pxe_enabled: boolean }[] }>(`/v1/ports?node=${uuid}&fields=address,pxe_enabled`);
+    const ports = await api<{ ports: { address: string; pxe_enabled: boolean }[] }>(
+      `/v1/ports?node=${uuid}&fields=address,pxe_enabled`,
+    );
     expect(ports.ports.map((p) => p.address)).toEqual([mac]);
 
     // The stored inventory against the machine's own view.
     const cpuinfo = await readFile('/proc/cpuinfo', 'utf8');
     expect(inv.cpu.count).toBe(cpuinfo.match(/^processor\s*:/gm)!.length);
     expect(inv.cpu.model_name).toBe(/^model name\s*:\s*(.*)$/m.exec(cpuinfo)![1]);
-    expect(inv.memory.total).toBe(Number(/^MemTotal:\s+(\d+)/m.exec(await readFile('/proc/meminfo', 'utf8'))![1]) * 1024);
-    const lsblk = JSON.parse(execFileSync('lsblk', ['-J', '-b', '-d', '-o', 'KNAME,SIZE,TYPE'], { encoding: 'utf8' })).blockdevices as { kname: string; size: number; type: string }[];
+    expect(inv.memory.total).toBe(
+      Number(/^MemTotal:\s+(\d+)/m.exec(await readFile('/proc/meminfo', 'utf8'))![1]) * 1024,
+    );
+    const lsblk = JSON.parse(execFileSync('lsblk', ['-J', '-b', '-d', '-o', 'KNAME,SIZE,TYPE'], { encoding: 'utf8' }))
+      .blockdevices as { kname: string; size: number; type: string }[];
     const lsDisks = lsblk.filter((d) => d.type === 'disk' && d.size > 0).map((d) => [`/dev/${d.kname}`, d.size]);
     const byName = (a: unknown[][]) => [...a].sort((x, y) => String(x[0]).localeCompare(String(y[0])));
-    expect(byName(inv.disks.map((d: any) => [d.name, d.size]))).toEqual(byName([...lsDisks, [disk.path, disk.sizeBytes]]));
-    const links = JSON.parse(execFileSync('ip', ['-j', 'link'], { encoding: 'utf8' })) as { ifname: string; address: string }[];
+    expect(byName(inv.disks.map((d: any) => [d.name, d.size]))).toEqual(
+      byName([...lsDisks, [disk.path, disk.sizeBytes]]),
+    );
+    const links = JSON.parse(execFileSync('ip', ['-j', 'link'], { encoding: 'utf8' })) as {
+      ifname: string;
+      address: string;
+    }[];
     for (const i of inv.interfaces) expect(links.find((l) => l.ifname === i.name)?.address).toBe(i.mac_address);
     expect(inv.interfaces.map((i: any) => i.mac_address)).toContain(mac);
 
@@ -170,15 +203,22 @@ describe.skipIf(!sid)('in-band inspection with Ironic 39 (agent inspect interfac
     // Ironic answers 202 at once and processes afterwards: the inventory is stored last.
     const inventory = await phase(S, 'auto-enrolled node processed', async () => {
       for (let i = 0; ; i++) {
-        const res = await fetch(`${ironic.url}/v1/nodes/${uuid}/inventory`, { headers: { 'X-OpenStack-Ironic-API-Version': ironic.apiVersion } });
-        if (res.status === 200) return (await res.json()) as { inventory: Record<string, any>; plugin_data: Record<string, unknown> };
+        const res = await fetch(`${ironic.url}/v1/nodes/${uuid}/inventory`, {
+          headers: { 'X-OpenStack-Ironic-API-Version': ironic.apiVersion },
+        });
+        if (res.status === 200)
+          return (await res.json()) as { inventory: Record<string, any>; plugin_data: Record<string, unknown> };
         if (i > 90) throw new Error(`no inventory stored for the auto-enrolled node\n${await explain()}`);
         await new Promise((r) => setTimeout(r, 1000));
       }
     });
     expect(inventory.plugin_data.auto_discovered).toBe(true);
-    expect((await api<{ ports: { address: string }[] }>(`/v1/ports?node=${uuid}`)).ports.map((p) => p.address)).toEqual([mac]);
-    const node = await api<{ provision_state: string; properties: Record<string, unknown>; driver: string }>(`/v1/nodes/${uuid}`);
+    expect((await api<{ ports: { address: string }[] }>(`/v1/ports?node=${uuid}`)).ports.map((p) => p.address)).toEqual(
+      [mac],
+    );
+    const node = await api<{ provision_state: string; properties: Record<string, unknown>; driver: string }>(
+      `/v1/nodes/${uuid}`,
+    );
     expect(node).toMatchObject({ provision_state: 'enroll', driver: 'fake-hardware' });
     expect(node.properties.cpu_arch).toBe('x86_64');
 
@@ -190,7 +230,12 @@ describe.skipIf(!sid)('in-band inspection with Ironic 39 (agent inspect interfac
       await waitForState(bm, uuid, 'manageable', { explain });
     });
     const rig = {
-      bm, uuid, images, disk, dir, ironic,
+      bm,
+      uuid,
+      images,
+      disk,
+      dir,
+      ironic,
       drive: async (verb: string, args: string[], target: string, t?: number) => {
         await bm.run(['node', verb, uuid, ...args]);
         return waitForState(bm, uuid, target, { explain }, t);

@@ -26,7 +26,7 @@ afterAll(async () => {
   await rig?.close();
 });
 
-describe('a real Ironic drives the agent through a node\'s life (fast track on)', () => {
+describe("a real Ironic drives the agent through a node's life (fast track on)", () => {
   it('1. manage -> provide: automated cleaning (erase_devices_metadata, erase_devices) wipes the disk', () =>
     chain.step('1', async () => {
       await dirtyDisk(rig.disk.path, DISK_BYTES);
@@ -35,7 +35,10 @@ describe('a real Ironic drives the agent through a node\'s life (fast track on)'
       const node = await phase(S, 'provide (automated clean)', () => rig.drive('provide', [], 'available'));
       expect(node.last_error).toBeNull();
       expect(await cleanStepsRun(rig)).toEqual(['erase_devices_metadata', 'erase_devices']);
-      expect(await firstNonZero(rig.disk.path, DISK_BYTES), 'offset of the first byte cleaning left non-zero').toBeNull();
+      expect(
+        await firstNonZero(rig.disk.path, DISK_BYTES),
+        'offset of the first byte cleaning left non-zero',
+      ).toBeNull();
       // fast track keeps the agent's URL across the end of cleaning
       expect(node.driver_internal_info.agent_url).toBeTruthy();
     }));
@@ -54,7 +57,10 @@ describe('a real Ironic drives the agent through a node\'s life (fast track on)'
       expect(await rig.lookups(), 'lookups answered by Ironic after the simulated power-off').toBeGreaterThan(before);
       // a fresh history after the power cycle: only this cleaning's steps
       expect(await cleanStepsRun(rig)).toEqual(['erase_devices_metadata', 'erase_devices']);
-      expect(await firstNonZero(rig.disk.path, DISK_BYTES), 'offset of the first byte cleaning left non-zero').toBeNull();
+      expect(
+        await firstNonZero(rig.disk.path, DISK_BYTES),
+        'offset of the first byte cleaning left non-zero',
+      ).toBeNull();
     }));
 
   it('4a. deploy a qcow2 image -> active, converted onto the disk', () =>

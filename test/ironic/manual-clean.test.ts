@@ -20,7 +20,11 @@ let rig: Rig;
 let fw: FakeFirmware;
 const chain = new StepChain();
 
-const step = (name: string, args?: Record<string, unknown>) => ({ interface: 'deploy', step: name, ...(args ? { args } : {}) });
+const step = (name: string, args?: Record<string, unknown>) => ({
+  interface: 'deploy',
+  step: name,
+  ...(args ? { args } : {}),
+});
 
 async function portFree(port: number): Promise<boolean> {
   return new Promise((res) => {
@@ -40,7 +44,8 @@ beforeAll(async () => {
     pstore: ['dmesg-efi-177001', 'console-ramoops-0'],
   });
   rig = await phase(S, 'start Ironic + agent, enroll', () =>
-    createRig('ina-manual-clean', { agentFlags: { 'ina-firmware-root': fw.root }, node: { automated_clean: false } }));
+    createRig('ina-manual-clean', { agentFlags: { 'ina-firmware-root': fw.root }, node: { automated_clean: false } }),
+  );
 });
 
 afterAll(async () => {
@@ -54,11 +59,20 @@ describe(`manual cleaning runs the catalogue's remaining steps by name (Ironic $
       await phase(S, 'first heartbeat (enroll)', () => waitForHeartbeat(rig));
       await phase(S, 'manage', () => rig.drive('manage', [], 'manageable'));
       const settings = {
-        agent_burnin_cpu_cpu: 1, agent_burnin_cpu_timeout: 2,
-        agent_burnin_vm_vm: 1, 'agent_burnin_vm_vm-bytes': '32M', agent_burnin_vm_timeout: 2,
-        agent_burnin_fio_disk_loops: 1, agent_burnin_fio_disk_runtime: 3,
+        agent_burnin_cpu_cpu: 1,
+        agent_burnin_cpu_timeout: 2,
+        agent_burnin_vm_vm: 1,
+        'agent_burnin_vm_vm-bytes': '32M',
+        agent_burnin_vm_timeout: 2,
+        agent_burnin_fio_disk_loops: 1,
+        agent_burnin_fio_disk_runtime: 3,
       };
-      await rig.bm.run(['node', 'set', rig.uuid, ...Object.entries(settings).flatMap(([k, v]) => ['--driver-info', `${k}=${v}`])]);
+      await rig.bm.run([
+        'node',
+        'set',
+        rig.uuid,
+        ...Object.entries(settings).flatMap(([k, v]) => ['--driver-info', `${k}=${v}`]),
+      ]);
       expect(await firstNonZero(rig.disk.path, DISK_BYTES), 'the disk starts zeroed').toBeNull();
       const steps = [
         step('erase_pstore'),
@@ -67,7 +81,9 @@ describe(`manual cleaning runs the catalogue's remaining steps by name (Ironic $
         step('burnin_memory'),
         step('burnin_disk'),
       ];
-      const node = await phase(S, 'clean (5 manual steps)', () => rig.drive('clean', ['--clean-steps', JSON.stringify(steps)], 'manageable'));
+      const node = await phase(S, 'clean (5 manual steps)', () =>
+        rig.drive('clean', ['--clean-steps', JSON.stringify(steps)], 'manageable'),
+      );
       expect(node.last_error).toBeNull();
       expect(await cleanStepsRun(rig)).toEqual(steps.map((s) => s.step));
       expect(await fw.pstoreEntries(), 'the fake pstore is empty').toEqual([]);
@@ -83,15 +99,32 @@ describe(`manual cleaning runs the catalogue's remaining steps by name (Ironic $
     if (!(await portFree(FIO_PORT))) t.skip(`port ${FIO_PORT} (fio's net engine, as IPA's) is in use on this machine`);
     await chain.step('M2', async () => {
       const config = JSON.stringify({ role: 'reader', partner: '127.0.0.1' });
-      await rig.bm.run(['node', 'set', rig.uuid, '--driver-info', `agent_burnin_fio_network_config=${config}`, '--driver-info', 'agent_burnin_fio_network_runtime=1']);
+      await rig.bm.run([
+        'node',
+        'set',
+        rig.uuid,
+        '--driver-info',
+        `agent_burnin_fio_network_config=${config}`,
+        '--driver-info',
+        'agent_burnin_fio_network_runtime=1',
+      ]);
       const common = `--ioengine net --port ${FIO_PORT} --fill_device 1 --group_reporting --gtod_reduce 1 --numjobs 16`;
       // the partner writes first (the agent reads), then reads, knocking until the agent's writer listens
-      const partner = execa('sh', ['-c', [
-        `fio ${common} --name writer --rw write --runtime 1 --time_based --listen >/dev/null || exit 1`,
-        `for i in $(seq 1 300); do fio ${common} --name reader --rw read --hostname 127.0.0.1 >/dev/null && exit 0; sleep 0.2; done; exit 2`,
-      ].join('\n')], { reject: false, timeout: 240_000 });
+      const partner = execa(
+        'sh',
+        [
+          '-c',
+          [
+            `fio ${common} --name writer --rw write --runtime 1 --time_based --listen >/dev/null || exit 1`,
+            `for i in $(seq 1 300); do fio ${common} --name reader --rw read --hostname 127.0.0.1 >/dev/null && exit 0; sleep 0.2; done; exit 2`,
+          ].join('\n'),
+        ],
+        { reject: false, timeout: 240_000 },
+      );
       try {
-        const node = await phase(S, 'clean (burnin_network)', () => rig.drive('clean', ['--clean-steps', JSON.stringify([step('burnin_network')])], 'manageable'));
+        const node = await phase(S, 'clean (burnin_network)', () =>
+          rig.drive('clean', ['--clean-steps', JSON.stringify([step('burnin_network')])], 'manageable'),
+        );
         expect(node.last_error).toBeNull();
         expect((await partner).exitCode, 'the partner read what the agent wrote').toBe(0);
         expect(await rig.agent.log()).toMatch(/burn-in \(network\) passed/);

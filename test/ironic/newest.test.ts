@@ -44,7 +44,9 @@ beforeAll(async () => {
   await mkdir(join(rescueRoot, 'etc'));
   await writeFile(join(rescueRoot, 'etc', 'passwd'), 'root:x:0:0:root:/root:/bin/sh\n');
   await writeFile(join(rescueRoot, 'etc', 'shadow'), 'root:*:20000:0:99999:7:::\n');
-  rig = await phase(S, 'start Ironic + agent, enroll', () => createRig('ina-newest', { agentFlags: { 'ina-rescue-root': rescueRoot } }));
+  rig = await phase(S, 'start Ironic + agent, enroll', () =>
+    createRig('ina-newest', { agentFlags: { 'ina-rescue-root': rescueRoot } }),
+  );
   raw = await buildRawImage(rig.dir, 'disk.raw');
 });
 
@@ -76,7 +78,9 @@ describe(`newer commands against Ironic ${ironicKind()}`, () => {
       const steps = [
         { interface: 'deploy', step: 'erase_devices_metadata', args: {}, priority: 95 },
         {
-          interface: 'deploy', step: 'inject_files', priority: 70,
+          interface: 'deploy',
+          step: 'inject_files',
+          priority: 70,
           args: {
             files: [
               { path: '/etc/ina/by-number.conf', partition: 1, content: b64('number\n'), mode: 0o600 },
@@ -89,9 +93,17 @@ describe(`newer commands against Ironic ${ironicKind()}`, () => {
       await rig.bm.run(['deploy', 'template', 'create', TRAIT, '--steps', JSON.stringify(steps)]);
       await rig.bm.run(['node', 'add', 'trait', rig.uuid, TRAIT]);
       if (NEW) await rig.bm.run(['node', 'set', rig.uuid, '--disable-power-off']);
-      await rig.bm.run(['node', 'set', rig.uuid, ...instanceInfoArgs(rig, raw, 'raw', 'sha256'), '--instance-info', `traits=["${TRAIT}"]`]);
+      await rig.bm.run([
+        'node',
+        'set',
+        rig.uuid,
+        ...instanceInfoArgs(rig, raw, 'raw', 'sha256'),
+        '--instance-info',
+        `traits=["${TRAIT}"]`,
+      ]);
       await phase(S, NEW ? 'deploy with template + lockdown' : 'deploy with template', () =>
-        rig.drive('deploy', ['--config-drive', JSON.stringify(configDriveFor(rig.uuid, 'newest'))], 'active'));
+        rig.drive('deploy', ['--config-drive', JSON.stringify(configDriveFor(rig.uuid, 'newest'))], 'active'),
+      );
       const payload = await imagePayloadOnDisk(rig.disk.path, raw);
       expect(payload.marker, 'the image is on the disk').toBe(raw.marker);
       expect(await fileOnDisk(rig, '/etc/ina/by-number.conf')).toBe('number');
@@ -99,12 +111,16 @@ describe(`newer commands against Ironic ${ironicKind()}`, () => {
       expect(await fileOnDisk(rig, '/etc/ina/by-path.conf')).toBe('path');
       const log = await rig.agent.log();
       expect(log, 'the agent ran erase_devices_metadata').toMatch(/disk metadata erased/);
-      expect(log.indexOf('disk metadata erased'), 'before the image was written').toBeLessThan(log.indexOf('files injected'));
+      expect(log.indexOf('disk metadata erased'), 'before the image was written').toBeLessThan(
+        log.indexOf('files injected'),
+      );
       if (NEW) {
         expect(log).toMatch(/API and heartbeat stopped; idling/);
         expect(rig.agent.exited(), 'a locked-down agent idles, it does not exit').toBe(false);
         const client = await bareClient(rig);
-        await expect(client.commands(), 'the API is down after lockdown').rejects.toThrow(/ECONNREFUSED|Connection to agent failed/);
+        await expect(client.commands(), 'the API is down after lockdown').rejects.toThrow(
+          /ECONNREFUSED|Connection to agent failed/,
+        );
         await client.close();
         await rig.bm.run(['node', 'set', rig.uuid, '--enable-power-off']);
         await rig.restartAgent();
@@ -113,11 +129,20 @@ describe(`newer commands against Ironic ${ironicKind()}`, () => {
 
   it.skipIf(!NEW)('N3. servicing (API 1.87) runs inject_files in-band on the active node', () =>
     chain.step('N3', async () => {
-      const steps = [{ interface: 'deploy', step: 'inject_files', args: { files: [{ path: '/etc/ina/serviced.conf', partition: 1, content: b64('serviced\n') }] } }];
-      await phase(S, 'service (inject_files)', () => rig.drive('service', ['--service-steps', JSON.stringify(steps)], 'active'));
+      const steps = [
+        {
+          interface: 'deploy',
+          step: 'inject_files',
+          args: { files: [{ path: '/etc/ina/serviced.conf', partition: 1, content: b64('serviced\n') }] },
+        },
+      ];
+      await phase(S, 'service (inject_files)', () =>
+        rig.drive('service', ['--service-steps', JSON.stringify(steps)], 'active'),
+      );
       expect(await fileOnDisk(rig, '/etc/ina/serviced.conf')).toBe('serviced');
       expect(await rig.agent.log()).toMatch(/execute_service_step/);
-    }));
+    }),
+  );
 
   it('N4. rescue sets the hashed password for the rescue user (fake root), then unrescue -> active', () =>
     chain.step('N4', async () => {
@@ -126,15 +151,32 @@ describe(`newer commands against Ironic ${ironicKind()}`, () => {
       await writeFile(kernel, 'not a kernel: fake power boots nothing\n');
       await writeFile(join(rig.dir, 'rescue.initramfs'), 'not an initramfs\n');
       await rig.bm.run(['node', 'maintenance', 'set', rig.uuid]);
-      await rig.bm.run(['node', 'set', rig.uuid, '--boot-interface', 'ipxe',
-        ...['rescue', 'deploy'].flatMap((m) => ['--driver-info', `${m}_kernel=${rig.images.url('rescue.kernel')}`, '--driver-info', `${m}_ramdisk=${rig.images.url('rescue.initramfs')}`])]);
+      await rig.bm.run([
+        'node',
+        'set',
+        rig.uuid,
+        '--boot-interface',
+        'ipxe',
+        ...['rescue', 'deploy'].flatMap((m) => [
+          '--driver-info',
+          `${m}_kernel=${rig.images.url('rescue.kernel')}`,
+          '--driver-info',
+          `${m}_ramdisk=${rig.images.url('rescue.initramfs')}`,
+        ]),
+      ]);
       await rig.bm.run(['node', 'maintenance', 'unset', rig.uuid]);
       await phase(S, 'rescue', () => rig.drive('rescue', ['--rescue-password', 'ina-Rescue-pw'], 'rescue'));
       const shadow = await readFile(join(rescueRoot, 'etc', 'shadow'), 'utf8');
       const hash = /^rescue:([^:]+):/m.exec(shadow)?.[1];
       expect(hash, 'a crypt hash for the rescue user').toMatch(/^\$[56]\$/);
       const salt = hash!.split('$')[2]!;
-      const again = await execa('openssl', ['passwd', hash!.startsWith('$5$') ? '-5' : '-6', '-salt', salt, 'ina-Rescue-pw']);
+      const again = await execa('openssl', [
+        'passwd',
+        hash!.startsWith('$5$') ? '-5' : '-6',
+        '-salt',
+        salt,
+        'ina-Rescue-pw',
+      ]);
       expect(again.stdout, 'the hash is of the password given to Ironic').toBe(hash);
       expect(await readFile(join(rescueRoot, 'etc', 'ipa-rescue-config', 'ipa-rescue-password'), 'utf8')).toBe(hash);
       await phase(S, 'unrescue', () => rig.drive('unrescue', [], 'active'));

@@ -31,7 +31,10 @@ describe('with [agent]require_tls=true the agent is reached over HTTPS with its 
       const node = await phase(S, 'first heartbeat (enroll)', () => waitForHeartbeat(rig));
       expect(node.driver_internal_info.agent_url).toBe(`https://127.0.0.1:${rig.agent.port}`);
       const ca = node.driver_internal_info.agent_verify_ca;
-      expect(typeof ca === 'string' && existsSync(ca), `agent_verify_ca (${String(ca)}) is a stored certificate file`).toBe(true);
+      expect(
+        typeof ca === 'string' && existsSync(ca),
+        `agent_verify_ca (${String(ca)}) is a stored certificate file`,
+      ).toBe(true);
     }));
 
   it('5b. manage -> provide (automated cleaning over HTTPS) -> available', () =>

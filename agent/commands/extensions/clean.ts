@@ -16,12 +16,18 @@ import { cleanUefiNvram, parseMatchPatterns } from '../../host/uefi-nvram.ts';
 import type { NodeInfo } from '../../state.ts';
 
 const step = (name: string, priority = 0, extra: Partial<StepDescription> = {}): StepDescription => ({
-  step: name, priority, interface: 'deploy', reboot_requested: false, abortable: true, ...extra,
+  step: name,
+  priority,
+  interface: 'deploy',
+  reboot_requested: false,
+  abortable: true,
+  ...extra,
 });
 
 export const MATCH_PATTERNS_ARGSINFO: StepDescription['argsinfo'] = {
   match_patterns: {
-    description: 'A list of regular expressions matched (case-insensitive) against the device path of each UEFI boot entry; matching entries are removed',
+    description:
+      'A list of regular expressions matched (case-insensitive) against the device path of each UEFI boot entry; matching entries are removed',
     required: false,
   },
 };
@@ -62,9 +68,17 @@ async function pool<T>(items: readonly T[], limit: number, work: (item: T) => Pr
  * (no erase is left running behind a failed step); the step then fails naming every such disk and why.
  * The result has one entry per disk: how it was erased and verified, or why it was skipped.
  */
-async function eraseAll(ctx: CommandContext, settings: EraseSettings, lastResort: LastResort): Promise<Record<string, unknown>> {
+async function eraseAll(
+  ctx: CommandContext,
+  settings: EraseSettings,
+  lastResort: LastResort,
+): Promise<Record<string, unknown>> {
   const { targets, skipped } = await cleaningTargets(ctx, lastResort === 'metadata' ? 'skip' : 'refuse-unless-allowed');
-  const board = new EraseBoard((r) => ctx.progress(r), ctx.log, targets.map((d) => d.path));
+  const board = new EraseBoard(
+    (r) => ctx.progress(r),
+    ctx.log,
+    targets.map((d) => d.path),
+  );
   const erasing = new Set(targets.map((d) => d.name));
   const results: Record<string, unknown> = {};
   const failures: string[] = [];
@@ -85,7 +99,9 @@ async function eraseAll(ctx: CommandContext, settings: EraseSettings, lastResort
     }
   });
   if (failures.length > 0) {
-    throw new BlockDeviceEraseError(`Failed to erase ${failures.length} of ${targets.length} device(s): ${failures.join('; ')}`);
+    throw new BlockDeviceEraseError(
+      `Failed to erase ${failures.length} of ${targets.length} device(s): ${failures.join('; ')}`,
+    );
   }
   for (const s of skipped) results[s.device] = { skipped: s.reason };
   return results;
@@ -95,7 +111,9 @@ async function eraseAll(ctx: CommandContext, settings: EraseSettings, lastResort
 function firmwareRoot(ctx: CommandContext, stepName: string): string {
   const root = ctx.config.firmwareRoot;
   if (!root) {
-    throw new CleaningError(`${stepName} changes the host's firmware storage: it runs only in the ramdisk (--host-actions=real) or under --ina-firmware-root`);
+    throw new CleaningError(
+      `${stepName} changes the host's firmware storage: it runs only in the ramdisk (--host-actions=real) or under --ina-firmware-root`,
+    );
   }
   return root;
 }
@@ -121,7 +139,11 @@ export const runners: Record<string, CleanRunner> = {
   // IPA's fast path: NVMe format where enabled, else (here) a verified discard, else the metadata erase.
   // No ATA security erase and no overwrite; a failed format falls back whatever the continue setting says.
   erase_devices_express: (ctx) =>
-    eraseAll(ctx, { ...eraseSettings(ctx), ataSecureErase: false, continueIfSecureEraseFailed: true, discard: true }, 'metadata'),
+    eraseAll(
+      ctx,
+      { ...eraseSettings(ctx), ataSecureErase: false, continueIfSecureEraseFailed: true, discard: true },
+      'metadata',
+    ),
   async erase_pstore(ctx) {
     await erasePstore(firmwareRoot(ctx, 'erase_pstore'), ctx.log);
     return null;

@@ -16,7 +16,12 @@ export class HardwareManagerMethodNotFound extends AgentError {
 }
 
 const step = (name: string, extra: Partial<StepDescription> = {}): StepDescription => ({
-  step: name, priority: 0, interface: 'deploy', reboot_requested: false, abortable: false, ...extra,
+  step: name,
+  priority: 0,
+  interface: 'deploy',
+  reboot_requested: false,
+  abortable: false,
+  ...extra,
 });
 
 export const DEPLOY_STEPS: readonly StepDescription[] = [
@@ -25,7 +30,11 @@ export const DEPLOY_STEPS: readonly StepDescription[] = [
   step('write_image'),
   step('inject_files', {
     argsinfo: {
-      files: { description: 'Files to inject: a list of {path, partition, content (base64), deleted, mode, dirmode, owner, group}', required: true },
+      files: {
+        description:
+          'Files to inject: a list of {path, partition, content (base64), deleted, mode, dirmode, owner, group}',
+        required: true,
+      },
       verify_ca: { description: 'Whether to verify TLS certificates when fetching content', required: false },
     },
   }),
@@ -44,7 +53,11 @@ export function nodeHints(node: Record<string, unknown> | undefined): Record<str
   return isObject(hints) && Object.keys(hints).length > 0 ? hints : undefined;
 }
 
-export type Runner = (args: Record<string, unknown>, node: Record<string, unknown> | undefined, ctx: CommandContext) => Promise<unknown>;
+export type Runner = (
+  args: Record<string, unknown>,
+  node: Record<string, unknown> | undefined,
+  ctx: CommandContext,
+) => Promise<unknown>;
 
 export const deployRunners: Readonly<Record<string, Runner>> = {
   async write_image(args, node, ctx) {
@@ -66,10 +79,18 @@ export const deployRunners: Readonly<Record<string, Runner>> = {
 };
 
 /** Runs `step` from `runners` with IPA's dispatch rules: an unknown interface.step is HardwareManagerMethodNotFound. */
-export async function runStep(runners: Readonly<Record<string, Runner>>, step: Record<string, unknown>, node: Record<string, unknown> | undefined, ctx: CommandContext): Promise<unknown> {
+export async function runStep(
+  runners: Readonly<Record<string, Runner>>,
+  step: Record<string, unknown>,
+  node: Record<string, unknown> | undefined,
+  ctx: CommandContext,
+): Promise<unknown> {
   const name = typeof step.step === 'string' ? step.step : '';
   const runner = step.interface === 'deploy' && Object.hasOwn(runners, name) ? runners[name] : undefined;
-  if (!runner) throw new HardwareManagerMethodNotFound(`No HardwareManager found to handle method: ${String(step.interface)}.${String(step.step)}`);
+  if (!runner)
+    throw new HardwareManagerMethodNotFound(
+      `No HardwareManager found to handle method: ${String(step.interface)}.${String(step.step)}`,
+    );
   return runner(isObject(step.args) ? step.args : {}, node, ctx);
 }
 

@@ -30,7 +30,11 @@ async function espOf(services: AgentServices, disk: string, uuid?: string) {
   if (!uuid) return findEsp(services, disk);
   await rescanPartitions(disk, services.log);
   const want = uuid.toLowerCase();
-  return (await listPartitions(disk, services.log)).find((p) => p.uuid?.toLowerCase() === want || p.partuuid?.toLowerCase() === want) ?? null;
+  return (
+    (await listPartitions(disk, services.log)).find(
+      (p) => p.uuid?.toLowerCase() === want || p.partuuid?.toLowerCase() === want,
+    ) ?? null
+  );
 }
 
 async function installWholeDisk(p: BootloaderParams, services: AgentServices): Promise<string> {
@@ -39,11 +43,13 @@ async function installWholeDisk(p: BootloaderParams, services: AgentServices): P
   }
   const disk = (await chooseRootDevice(services)).path;
   const esp = await espOf(services, disk, p.espUuid);
-  if (!esp) return `nothing to do: ${disk} has no EFI system partition${p.espUuid ? ` with UUID ${p.espUuid}` : ''}; the image's firmware setup is used as is`;
+  if (!esp)
+    return `nothing to do: ${disk} has no EFI system partition${p.espUuid ? ` with UUID ${p.espUuid}` : ''}; the image's firmware setup is used as is`;
   if (!(await ramdiskBootedUefi())) {
     return `nothing registered: the ramdisk did not boot in UEFI mode, so firmware boot entries cannot be written; the firmware finds the loader on ${esp.path} itself`;
   }
-  if (!(await hasTool('efibootmgr'))) return `nothing registered: efibootmgr is not available; the firmware finds the loader on ${esp.path} itself`;
+  if (!(await hasTool('efibootmgr')))
+    return `nothing registered: efibootmgr is not available; the firmware finds the loader on ${esp.path} itself`;
   const loaders = await findEfiLoaders(esp.path, services.log);
   if (loaders.length === 0) return `nothing registered: no UEFI boot loader found on ${esp.path}`;
   const done = await registerBootEntries(disk, esp.number, loaders, services.log);

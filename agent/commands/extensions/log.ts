@@ -12,7 +12,13 @@ import { logRing, type Logger } from '../../log.ts';
 const COMMANDS: Readonly<Record<string, readonly string[]>> = {
   journal: ['journalctl', '--full', '--no-pager', '-b'],
   dmesg: ['dmesg'],
-  lsblk: ['lsblk', '--all', '--bytes', '--output', 'NAME,KNAME,SIZE,TYPE,MODEL,SERIAL,WWN,ROTA,LOG-SEC,PHY-SEC,MOUNTPOINTS'],
+  lsblk: [
+    'lsblk',
+    '--all',
+    '--bytes',
+    '--output',
+    'NAME,KNAME,SIZE,TYPE,MODEL,SERIAL,WWN,ROTA,LOG-SEC,PHY-SEC,MOUNTPOINTS',
+  ],
   'lsblk-json': ['lsblk', '--all', '--bytes', '--json', '--output-all'],
   blkid: ['blkid', '-o', 'full'],
   ip_addr: ['ip', 'addr'],
@@ -44,7 +50,10 @@ export async function collectSystemLogs(log: Logger): Promise<Buffer> {
     await writeFile(join(tree, 'agent.log'), `${logRing.tail().join('\n')}\n`);
     for (const [name, argv] of Object.entries(COMMANDS)) await writeFile(join(tree, name), await capture(argv, log));
     for (const [name, path] of Object.entries(FILES)) {
-      await writeFile(join(tree, name), await readFile(path, 'utf8').catch((err: Error) => `could not read ${path}: ${err.message}\n`));
+      await writeFile(
+        join(tree, name),
+        await readFile(path, 'utf8').catch((err: Error) => `could not read ${path}: ${err.message}\n`),
+      );
     }
     const archive = join(work, 'logs.tar.gz');
     await run('tar', ['-czf', archive, '-C', tree, '.'], { log });

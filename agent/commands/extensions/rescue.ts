@@ -12,7 +12,9 @@ export const rescue: Extension = {
     parse: (p) => {
       const password = reqString(p, 'rescue_password');
       if (optBool(p, 'hashed') !== true) {
-        throw new InvalidCommandParamsError('Only a hashed rescue password is accepted (hashed: true); this agent does not take plain-text passwords');
+        throw new InvalidCommandParamsError(
+          'Only a hashed rescue password is accepted (hashed: true); this agent does not take plain-text passwords',
+        );
       }
       if (!CRYPT_HASH.test(password)) {
         throw new InvalidCommandParamsError('rescue_password must be a SHA-256 or SHA-512 crypt hash ($5$… or $6$…)');
@@ -21,11 +23,16 @@ export const rescue: Extension = {
     },
     run: async (p, ctx) => {
       const root = ctx.config.rescueRoot;
-      if (!root) throw new CommandExecutionError('Rescue needs --ina-rescue-root outside a ramdisk (the host\'s own users are never changed)');
+      if (!root)
+        throw new CommandExecutionError(
+          "Rescue needs --ina-rescue-root outside a ramdisk (the host's own users are never changed)",
+        );
       try {
         await setRescuePassword(root, p.hash);
       } catch (err) {
-        throw new CommandExecutionError(`Rescue Operation failed when writing the hashed rescue password: ${errorText(err)}`);
+        throw new CommandExecutionError(
+          `Rescue Operation failed when writing the hashed rescue password: ${errorText(err)}`,
+        );
       }
       ctx.log.info({ root }, 'rescue password set for the rescue user');
       ctx.host.quiesce('rescue');

@@ -7,9 +7,17 @@ import { optObject, reqObject } from '../params.ts';
 import { command, type Extension } from '../types.ts';
 import { DEPLOY_STEPS, deployRunners, runStep, type Runner } from './deploy.ts';
 
-const burnin = (name: string): StepDescription => ({ step: name, priority: 0, interface: 'deploy', reboot_requested: false, abortable: true });
+const burnin = (name: string): StepDescription => ({
+  step: name,
+  priority: 0,
+  interface: 'deploy',
+  reboot_requested: false,
+  abortable: true,
+});
 
-/** IPA's service steps: the burn-ins but not burnin_disk (it destroys the instance's data), write_image, inject_files. */
+/**
+ * IPA's service steps: the burn-ins but not burnin_disk (it destroys the instance's data), write_image, inject_files.
+ */
 export const SERVICE_STEPS: readonly StepDescription[] = [
   burnin('burnin_cpu'),
   burnin('burnin_memory'),
@@ -40,7 +48,9 @@ export const service: Extension = {
         return { service_result: await runStep(serviceRunners, p.step, p.node, ctx), service_step: p.step };
       } catch (err) {
         if (err instanceof AgentError) throw err;
-        throw new ServicingError(`Unexpected exception performing service step ${String(p.step.step)}: ${errorText(err)}`);
+        throw new ServicingError(
+          `Unexpected exception performing service step ${String(p.step.step)}: ${errorText(err)}`,
+        );
       }
     },
   }),

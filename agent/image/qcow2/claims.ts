@@ -5,9 +5,7 @@
 import { refuse, type Qcow2Layout } from './header.ts';
 import { AHEAD_ENTRY_BYTES, type Spool } from './spool.ts';
 
-export type Role =
-  | { kind: 'l2'; l1Index: number }
-  | { kind: 'data'; guest: number; subclusters: number | null };
+export type Role = { kind: 'l2'; l1Index: number } | { kind: 'data'; guest: number; subclusters: number | null };
 
 /** One compressed cluster's stored bytes, gathered from the host clusters it spans as they pass. */
 export class CompressedRange {
@@ -64,7 +62,8 @@ export class Claims {
   private checkFree(cluster: number, what: string): void {
     const meta = this.metadataAt(cluster);
     if (meta) refuse(`${what} lies over ${meta}`);
-    if (this.ahead.has(cluster) || this.l2Seen.has(cluster)) refuse(`${what} is claimed twice (host cluster ${cluster})`);
+    if (this.ahead.has(cluster) || this.l2Seen.has(cluster))
+      refuse(`${what} is claimed twice (host cluster ${cluster})`);
     if (this.declaredLength !== undefined && cluster * this.layout.clusterSize >= this.declaredLength) {
       refuse(`${what} lies beyond its declared length of ${this.declaredLength} bytes`);
     }
@@ -107,7 +106,8 @@ export class Claims {
     for (let c = first; c <= last; c++) {
       const meta = this.metadataAt(c);
       if (meta) refuse(`${what} lies over ${meta}`);
-      if (this.ahead.has(c) || this.l2Seen.has(c)) refuse(`${what} overlaps a table or data cluster (host cluster ${c})`);
+      if (this.ahead.has(c) || this.l2Seen.has(c))
+        refuse(`${what} overlaps a table or data cluster (host cluster ${c})`);
       if (c === first && this.declaredLength !== undefined && range.host >= this.declaredLength) {
         refuse(`${what} lies beyond its declared length of ${this.declaredLength} bytes`);
       }

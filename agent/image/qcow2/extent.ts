@@ -19,7 +19,8 @@ export async function assertQcow2Within(file: string, size: number): Promise<voi
   const fh = await open(file, 'r');
   try {
     const header = await readAt(fh, 0, 72);
-    if (header.length < 72) throw new InvalidImage(`the qcow2 image is truncated: its header needs 72 bytes, the file has ${size}`);
+    if (header.length < 72)
+      throw new InvalidImage(`the qcow2 image is truncated: its header needs 72 bytes, the file has ${size}`);
     const clusterBits = header.readUInt32BE(20);
     if (clusterBits < MIN_CLUSTER_BITS || clusterBits > MAX_CLUSTER_BITS) {
       throw new InvalidImage(`the qcow2 image's cluster size (2^${clusterBits} bytes) is outside 512 B to 2 MiB`);
@@ -30,7 +31,10 @@ export async function assertQcow2Within(file: string, size: number): Promise<voi
     const refcountOffset = Number(header.readBigUInt64BE(48));
     const refcountClusters = header.readUInt32BE(56);
     const past = (what: string, end: number) => {
-      if (end > size) throw new InvalidImage(`the qcow2 image is truncated: its ${what} reaches byte ${end}, past the end of the ${size}-byte file`);
+      if (end > size)
+        throw new InvalidImage(
+          `the qcow2 image is truncated: its ${what} reaches byte ${end}, past the end of the ${size}-byte file`,
+        );
     };
     past('refcount table', refcountOffset + refcountClusters * clusterSize);
     past('L1 table', l1Offset + l1Size * 8);

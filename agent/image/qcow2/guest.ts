@@ -14,7 +14,9 @@ export interface Qcow2Guest {
   close(): Promise<void>;
 }
 
-/** The qcow2 `file` (`size` bytes) as its guest disk; throws InvalidImage (or needsBuffer) for what the decoders refuse. */
+/**
+ * The qcow2 `file` (`size` bytes) as its guest disk; throws InvalidImage (or needsBuffer) for what the decoders refuse.
+ */
 export async function openQcow2Guest(file: string, size: number): Promise<Qcow2Guest> {
   const fh = await open(file, 'r');
   try {
@@ -31,7 +33,8 @@ export async function openQcow2Guest(file: string, size: number): Promise<Qcow2G
       const entry = await readAt(fh, l2Offset + (index % l2Entries) * l2EntryBytes, l2EntryBytes);
       const m = l2Entry(entry, 0, clusterBits, l2EntryBytes);
       if (m.kind === 'zero') return Buffer.alloc(cs);
-      if (m.kind === 'compressed') return inflateCluster(layout.compression, await readAt(fh, m.host, m.length), cs, index * cs).out;
+      if (m.kind === 'compressed')
+        return inflateCluster(layout.compression, await readAt(fh, m.host, m.length), cs, index * cs).out;
       const data = Buffer.alloc(cs);
       (await readAt(fh, m.host, cs)).copy(data);
       if (m.subclusters !== null) {

@@ -56,7 +56,8 @@ export function parseQcow2Header(head: Buffer, opts: { deviceSize: number; decla
   const clusterSize = 2 ** clusterBits;
   // qemu reads whole 512-byte sectors: a size between two is rounded down.
   const virtualSize = Math.floor(safeNumber(head.readBigUInt64BE(24), 'the virtual size') / 512) * 512;
-  if (virtualSize > opts.deviceSize) refuse(`its virtual size (${virtualSize} bytes) is larger than the device (${opts.deviceSize} bytes)`);
+  if (virtualSize > opts.deviceSize)
+    refuse(`its virtual size (${virtualSize} bytes) is larger than the device (${opts.deviceSize} bytes)`);
   const l1Entries = head.readUInt32BE(36);
   const l1Offset = safeNumber(head.readBigUInt64BE(40), 'the L1 table offset');
   const reftableOffset = safeNumber(head.readBigUInt64BE(48), 'the refcount table offset');
@@ -65,7 +66,8 @@ export function parseQcow2Header(head: Buffer, opts: { deviceSize: number; decla
   const snapshots = head.readUInt32BE(60);
   const snapshotsOffset = safeNumber(head.readBigUInt64BE(64), 'the snapshot table offset');
   if (snapshots > MAX_SNAPSHOTS) refuse(`its snapshot table (${snapshots} entries) is larger than qemu allows`);
-  if (snapshotsOffset % clusterSize !== 0 || (snapshots > 0 && snapshotsOffset === 0)) refuse(`its snapshot table offset ${snapshotsOffset} is not a cluster boundary after the header`);
+  if (snapshotsOffset % clusterSize !== 0 || (snapshots > 0 && snapshotsOffset === 0))
+    refuse(`its snapshot table offset ${snapshotsOffset} is not a cluster boundary after the header`);
 
   let l2EntryBytes: 8 | 16 = 8;
   let compression: Qcow2Compression = 'zlib';
@@ -74,7 +76,8 @@ export function parseQcow2Header(head: Buffer, opts: { deviceSize: number; decla
     if (head.length < 104) refuse('the version 3 header is truncated');
     const incompatible = head.readBigUInt64BE(72);
     headerLength = head.readUInt32BE(100);
-    if (headerLength < 104 || headerLength > clusterSize || headerLength > head.length) refuse(`header length ${headerLength} is not possible`);
+    if (headerLength < 104 || headerLength > clusterSize || headerLength > head.length)
+      refuse(`header length ${headerLength} is not possible`);
     // data-file-raw (autoclear bit 1) means nothing without the data file that inspect.ts refuses.
     if (head.readBigUInt64BE(88) & 2n) refuse('it declares its data in a raw data file');
     const refcountOrder = head.readUInt32BE(96);
@@ -86,7 +89,8 @@ export function parseQcow2Header(head: Buffer, opts: { deviceSize: number; decla
     // qemu insists that the feature bit and the type field agree.
     const type = headerLength > 104 ? head[104]! : 0;
     if (type > 1) refuse(`compression type ${type} is not known`);
-    if (!!(incompatible & INCOMPAT_COMPRESSION) !== (type !== 0)) refuse('its compression type and feature bit disagree');
+    if (!!(incompatible & INCOMPAT_COMPRESSION) !== (type !== 0))
+      refuse('its compression type and feature bit disagree');
     if (type === 1) compression = 'zstd';
   }
   checkExtensions(head, headerLength, clusterSize);
@@ -94,12 +98,16 @@ export function parseQcow2Header(head: Buffer, opts: { deviceSize: number; decla
   if (snapshots > 0) throw needsBuffer('the qcow2 image has internal snapshots, which only qemu-img reads in full');
   const l2Entries = clusterSize / l2EntryBytes;
   const needed = Math.ceil(virtualSize / (clusterSize * l2Entries));
-  if (l1Entries < needed) refuse(`its L1 table (${l1Entries} entries) cannot map the ${virtualSize} bytes its header states`);
+  if (l1Entries < needed)
+    refuse(`its L1 table (${l1Entries} entries) cannot map the ${virtualSize} bytes its header states`);
   if (l1Entries * 8 > MAX_L1_BYTES) refuse(`its L1 table (${l1Entries} entries) is larger than qemu allows`);
   if (reftableClusters === 0) refuse('it has no refcount table');
-  if (reftableClusters * clusterSize > MAX_REFTABLE_BYTES) refuse(`its refcount table (${reftableClusters} clusters) is larger than qemu allows`);
-  if (l1Offset % clusterSize !== 0 || (l1Entries > 0 && l1Offset === 0)) refuse(`its L1 table offset ${l1Offset} is not a cluster boundary after the header`);
-  if (reftableOffset % clusterSize !== 0 || reftableOffset === 0) refuse(`its refcount table offset ${reftableOffset} is not a cluster boundary after the header`);
+  if (reftableClusters * clusterSize > MAX_REFTABLE_BYTES)
+    refuse(`its refcount table (${reftableClusters} clusters) is larger than qemu allows`);
+  if (l1Offset % clusterSize !== 0 || (l1Entries > 0 && l1Offset === 0))
+    refuse(`its L1 table offset ${l1Offset} is not a cluster boundary after the header`);
+  if (reftableOffset % clusterSize !== 0 || reftableOffset === 0)
+    refuse(`its refcount table offset ${reftableOffset} is not a cluster boundary after the header`);
 
   const roundUp = (n: number) => Math.ceil(n / clusterSize) * clusterSize;
   const metadata = [
@@ -115,8 +123,11 @@ export function parseQcow2Header(head: Buffer, opts: { deviceSize: number; decla
     }
   }
   if (opts.declaredLength !== undefined) {
-    const end = Math.max(...metadata.map((r) => Math.min(r.end, r.start + (r.what === 'the L1 table' ? l1Entries * 8 : r.end - r.start))));
-    if (end > opts.declaredLength) refuse(`its tables end at byte ${end}, beyond its declared length of ${opts.declaredLength} bytes`);
+    const end = Math.max(
+      ...metadata.map((r) => Math.min(r.end, r.start + (r.what === 'the L1 table' ? l1Entries * 8 : r.end - r.start))),
+    );
+    if (end > opts.declaredLength)
+      refuse(`its tables end at byte ${end}, beyond its declared length of ${opts.declaredLength} bytes`);
   }
   return { clusterBits, clusterSize, virtualSize, l1Offset, l1Entries, l2EntryBytes, l2Entries, compression, metadata };
 }

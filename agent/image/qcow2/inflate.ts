@@ -38,12 +38,20 @@ export function zstdFrameLength(data: Buffer): number | null {
  * Decodes one compressed cluster (its stored bytes, `data`) to exactly `clusterSize` bytes; `used` is how many
  * stored bytes the compressed data really took (the rest may belong to the next compressed cluster).
  */
-export function inflateCluster(kind: Qcow2Compression, data: Buffer, clusterSize: number, guest: number): { out: Buffer; used: number } {
+export function inflateCluster(
+  kind: Qcow2Compression,
+  data: Buffer,
+  clusterSize: number,
+  guest: number,
+): { out: Buffer; used: number } {
   let out: Buffer;
   let used: number;
   try {
     if (kind === 'zlib') {
-      const r = inflateRawSync(data, { maxOutputLength: clusterSize, info: true }) as unknown as { buffer: Buffer; engine: { bytesWritten: number } };
+      const r = inflateRawSync(data, { maxOutputLength: clusterSize, info: true }) as unknown as {
+        buffer: Buffer;
+        engine: { bytesWritten: number };
+      };
       out = r.buffer;
       used = r.engine.bytesWritten;
     } else {

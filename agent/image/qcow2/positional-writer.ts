@@ -101,9 +101,14 @@ export class PositionalWriter implements WriteTarget {
       return;
     }
     try {
-      await run('blkdiscard', ['--zeroout', '--offset', String(start), '--length', String(length), this.path], { timeoutMs: 0 });
+      await run('blkdiscard', ['--zeroout', '--offset', String(start), '--length', String(length), this.path], {
+        timeoutMs: 0,
+      });
     } catch (err) {
-      this.log.warn({ device: this.path, err: errorText(err) }, 'the device would not zero a range itself; writing the zeros instead');
+      this.log.warn(
+        { device: this.path, err: errorText(err) },
+        'the device would not zero a range itself; writing the zeros instead',
+      );
       this.zeroout = false;
       this.unzeroed.push([start, length]);
     }
@@ -111,12 +116,18 @@ export class PositionalWriter implements WriteTarget {
 
   private bounds(offset: number, length: number): void {
     if (offset < 0 || offset + length > this.limit) {
-      throw new ImageWriteError(`refusing to write ${length} bytes at ${offset}, outside the image's ${this.limit} bytes`);
+      throw new ImageWriteError(
+        `refusing to write ${length} bytes at ${offset}, outside the image's ${this.limit} bytes`,
+      );
     }
   }
 
   /** Places `length` bytes at `offset`; `copy` fills part of a block from the source. */
-  private async put(offset: number, length: number, copy: (block: Buffer, at: number, from: number, n: number) => void): Promise<void> {
+  private async put(
+    offset: number,
+    length: number,
+    copy: (block: Buffer, at: number, from: number, n: number) => void,
+  ): Promise<void> {
     let done = 0;
     while (done < length) {
       if (this.failure) throw this.failure;

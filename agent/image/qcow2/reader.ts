@@ -115,7 +115,8 @@ export class Qcow2Reader {
     const role = this.claims.arrive(index);
     if (role?.kind === 'l2') await this.l2Table(bytes(), role.l1Index);
     else if (role?.kind === 'data') {
-      if (pieces.length > 1 && this.wholeData(length, role.guest, role.subclusters)) await this.dataPieces(pieces, role.guest);
+      if (pieces.length > 1 && this.wholeData(length, role.guest, role.subclusters))
+        await this.dataPieces(pieces, role.guest);
       else await this.data(bytes(), role.guest, role.subclusters);
     }
 
@@ -164,7 +165,12 @@ export class Qcow2Reader {
       if (seen.has(offset)) refuse(`L1 entries name one L2 table twice (host offset ${offset})`);
       seen.add(offset);
       this.l2Outstanding++;
-      const kept = this.claims.claim(offset / clusterSize, { kind: 'l2', l1Index: i }, current, `the L2 table of L1 entry ${i}`);
+      const kept = this.claims.claim(
+        offset / clusterSize,
+        { kind: 'l2', l1Index: i },
+        current,
+        `the L2 table of L1 entry ${i}`,
+      );
       if (kept) ready.push({ table: kept, index: i });
     }
     this.l1Done = true;
@@ -197,7 +203,12 @@ export class Qcow2Reader {
       await flushZeros();
       const what = `the cluster at guest offset ${guest}`;
       if (m.kind === 'data') {
-        const kept = this.claims.claim(m.host / clusterSize, { kind: 'data', guest, subclusters: m.subclusters }, current, what);
+        const kept = this.claims.claim(
+          m.host / clusterSize,
+          { kind: 'data', guest, subclusters: m.subclusters },
+          current,
+          what,
+        );
         if (kept) await this.data(kept, guest, m.subclusters);
       } else {
         await this.compressed(new CompressedRange(m.host, m.length, guest), what);
@@ -272,14 +283,16 @@ export class Qcow2Reader {
 
   private async emit(guest: number, data: Buffer): Promise<void> {
     if (data.length === 0) return;
-    if (guest < 0 || guest + data.length > this.layout.virtualSize) throw new Error(`internal: write at ${guest}+${data.length} outside the image`);
+    if (guest < 0 || guest + data.length > this.layout.virtualSize)
+      throw new Error(`internal: write at ${guest}+${data.length} outside the image`);
     this.written += data.length;
     await this.target.write(guest, data);
   }
 
   private async zeros(guest: number, length: number): Promise<void> {
     if (length <= 0) return;
-    if (guest < 0 || guest + length > this.layout.virtualSize) throw new Error(`internal: zeros at ${guest}+${length} outside the image`);
+    if (guest < 0 || guest + length > this.layout.virtualSize)
+      throw new Error(`internal: zeros at ${guest}+${length} outside the image`);
     this.written += length;
     await this.target.zero(guest, length);
   }

@@ -68,7 +68,9 @@ export class Spool {
     const used = this.keptBytes + this.aheadBytes;
     this.peak = Math.max(this.peak, used);
     if (used > this.budget) {
-      throw needsBuffer(`the qcow2 image places more data before its tables than the streaming spool may hold (${this.budget} bytes)`);
+      throw needsBuffer(
+        `the qcow2 image places more data before its tables than the streaming spool may hold (${this.budget} bytes)`,
+      );
     }
   }
 }

@@ -4,7 +4,8 @@
 // is busy, the stream waits (back-pressure), so memory stays at DEPTH × BLOCK whatever the image size.
 //
 // Devices are written with O_DIRECT: through the page cache the final sync paid for most of a slower write
-// (docs/performance.md); direct writes skip that copy and keep the disk busy from the first block. O_DIRECT wants page-aligned memory, which ordinary Buffers are not,
+// (docs/performance.md); direct writes skip that copy and keep the disk busy from the first block. O_DIRECT wants
+// page-aligned memory, which ordinary Buffers are not,
 // hence WebAssembly memory (V8 maps it on page boundaries). Only a last piece shorter than a sector goes
 // through the page cache. The image buffer file is written through the page cache, one block at a time
 // (the ring still lets the download run ahead), and never synced.
@@ -60,7 +61,9 @@ export class BlockWriter extends Writable {
       const fh = guard ? await open(path, constants.O_RDWR | constants.O_DIRECT) : await open(path, 'w');
       return new BlockWriter({ fh, path, direct: !!guard }, blocks, limit);
     } catch (err) {
-      throw new ImageWriteError(`cannot open ${path} for writing${guard ? ' with direct I/O (O_DIRECT)' : ''}: ${errorText(err)}`);
+      throw new ImageWriteError(
+        `cannot open ${path} for writing${guard ? ' with direct I/O (O_DIRECT)' : ''}: ${errorText(err)}`,
+      );
     }
   }
 
@@ -117,7 +120,9 @@ export class BlockWriter extends Writable {
   private async accept(chunk: Buffer): Promise<void> {
     if (this.failure) throw this.failure;
     if (this.accepted + chunk.length > this.limit) {
-      throw new ImageWriteError(`the image is larger than the ${this.limit} bytes ${this.target.path} can hold`, { tooLarge: true });
+      throw new ImageWriteError(`the image is larger than the ${this.limit} bytes ${this.target.path} can hold`, {
+        tooLarge: true,
+      });
     }
     let at = 0;
     while (at < chunk.length) {
@@ -187,7 +192,8 @@ export class BlockWriter extends Writable {
     try {
       fh = await open(this.target.path, constants.O_RDWR);
       const { bytesWritten } = await fh.write(bytes, 0, bytes.length, position);
-      if (bytesWritten !== bytes.length) throw new Error(`the device took only ${bytesWritten} of ${bytes.length} bytes`);
+      if (bytesWritten !== bytes.length)
+        throw new Error(`the device took only ${bytesWritten} of ${bytes.length} bytes`);
       await fh.datasync();
     } catch (err) {
       throw new ImageWriteError(`writing ${this.target.path} at byte ${position} failed: ${errorText(err)}`);

@@ -37,7 +37,9 @@ export class BufferFileSink implements Sink {
     } catch (err) {
       if (err instanceof ImageWriteError && err.tooLarge) {
         // The cause says whether it was the download or, for a compressed image, what it decoded to.
-        throw new ImageDownloadOutofSpaceError(`the image does not fit in the buffer directory ${this.dir}: ${err.details}`);
+        throw new ImageDownloadOutofSpaceError(
+          `the image does not fit in the buffer directory ${this.dir}: ${err.details}`,
+        );
       }
       throw err;
     }

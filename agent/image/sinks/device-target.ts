@@ -26,14 +26,20 @@ export class DeviceTarget {
     const found = inspectImage(head);
     if (found.format !== 'raw') refuseUnsafe(found, 'raw', ['raw'], true);
     if (facts.compression === 'none' && facts.totalBytes !== undefined && facts.totalBytes > this.device.size) {
-      throw new ImageWriteError(`the image (${facts.totalBytes} bytes) is larger than ${this.path} (${this.device.size} bytes)`, {
-        tooLarge: true,
-      });
+      throw new ImageWriteError(
+        `the image (${facts.totalBytes} bytes) is larger than ${this.path} (${this.device.size} bytes)`,
+        {
+          tooLarge: true,
+        },
+      );
     }
     await this.device.precheck?.({ head });
   }
 
-  /** Clears partition-table and filesystem signatures and the first and last MiB: before a write, and after a failed one. */
+  /**
+   * Clears partition-table and filesystem signatures and the first and last MiB: before a write, and after a failed
+   * one.
+   */
   async clear(): Promise<void> {
     try {
       await clearSignatures(this.path, this.device.size, this.guard, this.log);

@@ -30,7 +30,10 @@ export function streamsQcow2(info: Pick<ImageInfo, 'diskFormat'>, config: ImageC
   return info.diskFormat === 'qcow2' && config.qcow2SpoolMiB > 0;
 }
 
-/** RAM for qcow2 data that arrives before its table: the configured amount, within what the machine (and the agent's memory cgroup) has free. */
+/**
+ * RAM for qcow2 data that arrives before its table: the configured amount, within what the machine (and the agent's
+ * memory cgroup) has free.
+ */
 async function spoolBudget(configuredMiB: number): Promise<number> {
   const configured = configuredMiB * 1024 * 1024;
   const free = await availableMemory();
@@ -53,7 +56,12 @@ export class Qcow2Sink implements Sink {
     private readonly spoolBytes: number,
   ) {}
 
-  static async open(kind: Compression, target: DeviceTarget, declared: string | undefined, config: ImageConfig): Promise<Qcow2Sink> {
+  static async open(
+    kind: Compression,
+    target: DeviceTarget,
+    declared: string | undefined,
+    config: ImageConfig,
+  ): Promise<Qcow2Sink> {
     return new Qcow2Sink(kind, target, declared, config, await spoolBudget(config.qcow2SpoolMiB));
   }
 
@@ -64,9 +72,12 @@ export class Qcow2Sink implements Sink {
     if (found.format !== 'qcow2') throw needsBuffer(`the image declared qcow2 is ${found.format}`);
     const { device } = this.target;
     if (found.virtualSize !== undefined && found.virtualSize > device.size) {
-      throw new ImageWriteError(`the image's virtual size (${found.virtualSize} bytes) is larger than ${device.path} (${device.size} bytes)`, {
-        tooLarge: true,
-      });
+      throw new ImageWriteError(
+        `the image's virtual size (${found.virtualSize} bytes) is larger than ${device.path} (${device.size} bytes)`,
+        {
+          tooLarge: true,
+        },
+      );
     }
     const declaredLength = facts.compression === 'none' ? facts.totalBytes : undefined;
     const layout = parseQcow2Header(head, { deviceSize: device.size, declaredLength });
@@ -90,7 +101,10 @@ export class Qcow2Sink implements Sink {
 
   async finish(): Promise<SinkResult> {
     await this.writer!.finish();
-    this.target.log.info({ virtual_size: this.virtualSize, spool_peak: this.reader!.spoolPeak, spool_budget: this.spoolBytes }, 'qcow2 image placed by the streaming reader');
+    this.target.log.info(
+      { virtual_size: this.virtualSize, spool_peak: this.reader!.spoolPeak, spool_budget: this.spoolBytes },
+      'qcow2 image placed by the streaming reader',
+    );
     return { bytes: this.virtualSize, head: await this.readHead() };
   }
 

@@ -51,8 +51,20 @@ export class QemuImgSink implements Sink<InspectedFile> {
     const args = [
       `--as=${this.memoryLimitMiB * 1024 * 1024}`,
       '--',
-      'qemu-img', 'convert', '-p', '-f', input.format, '-O', 'host_device', '-t', 'none', '-S', '0', '-W',
-      input.file, device,
+      'qemu-img',
+      'convert',
+      '-p',
+      '-f',
+      input.format,
+      '-O',
+      'host_device',
+      '-t',
+      'none',
+      '-S',
+      '0',
+      '-W',
+      input.file,
+      device,
     ];
     this.signal?.throwIfAborted();
     await guard.assertWritable(device, 'convert an image onto');
@@ -73,7 +85,9 @@ export class QemuImgSink implements Sink<InspectedFile> {
     } catch (err) {
       this.signal?.throwIfAborted();
       const f = err as ToolFailure;
-      const stderr = String(f.stderr ?? '').trim().slice(0, 2000);
+      const stderr = String(f.stderr ?? '')
+        .trim()
+        .slice(0, 2000);
       throw new ImageWriteError(
         `Writing image to device ${device} failed with exit code ${f.exitCode ?? 'unknown'}. stderr: ${stderr || f.shortMessage}`,
         { transient: MEMORY_ERRORS.test(stderr) },

@@ -19,7 +19,14 @@ export function exitOf(child: ChildProcess): Promise<Exit> {
     if (stderr.length < 4000) stderr += text;
   });
   return new Promise((resolve) => {
-    child.once('error', (err) => resolve({ code: null, signal: null, stderr, notStarted: `${child.spawnfile} could not be started: ${err.message}` }));
+    child.once('error', (err) =>
+      resolve({
+        code: null,
+        signal: null,
+        stderr,
+        notStarted: `${child.spawnfile} could not be started: ${err.message}`,
+      }),
+    );
     child.once('close', (code, signal) => {
       // Run through setpriv (exec.ts `mortal`): its own failure to execute the tool means the same.
       const unexecuted = code === 127 ? /^setpriv: failed to execute (\S+): (.*)$/m.exec(stderr) : null;
@@ -35,7 +42,8 @@ export function assertStarted(...exits: Exit[]): void {
 }
 
 export const failed = (e: Exit) => e.code !== 0;
-export const reason = (e: Exit) => e.stderr.slice(0, 2000) || (e.signal ? `killed by ${e.signal}` : `exit code ${e.code}`);
+export const reason = (e: Exit) =>
+  e.stderr.slice(0, 2000) || (e.signal ? `killed by ${e.signal}` : `exit code ${e.code}`);
 
 /**
  * The error for a decoder that failed: a verdict on the image's data, unless a signal ended it (the OOM

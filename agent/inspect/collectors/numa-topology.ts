@@ -13,7 +13,10 @@ export class NumaFormatError extends Error {}
 /** `0-3,8,10-11` → [0,1,2,3,8,10,11]. */
 export function parseCpuList(text: string): number[] {
   const out: number[] = [];
-  for (const part of text.split(',').map((p) => p.trim()).filter(Boolean)) {
+  for (const part of text
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean)) {
     const m = /^(\d+)(?:-(\d+))?$/.exec(part);
     if (!m) throw new NumaFormatError(`bad CPU list "${text}"`);
     for (let i = Number(m[1]); i <= Number(m[2] ?? m[1]); i++) out.push(i);

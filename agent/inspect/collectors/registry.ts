@@ -80,11 +80,16 @@ export function failureText(failures: readonly string[]): string | null {
  * Runs the named collectors in order. An unknown name stops everything before any runs (IPA cannot load
  * its extension set then): the payload carries only the error.
  */
-export async function runCollectors(ctx: CollectorContext, table = collectors): Promise<{ data: Payload; failures: string[] }> {
+export async function runCollectors(
+  ctx: CollectorContext,
+  table = collectors,
+): Promise<{ data: Payload; failures: string[] }> {
   const data: Payload = {};
   const unknown = ctx.names.filter((n) => !table[n]);
   if (unknown.length > 0) {
-    const failures = [`Failed to load collector ${unknown.join(', ')}: no such collector (known: ${Object.keys(table).join(', ')})`];
+    const failures = [
+      `Failed to load collector ${unknown.join(', ')}: no such collector (known: ${Object.keys(table).join(', ')})`,
+    ];
     data.error = failureText(failures);
     return { data, failures };
   }

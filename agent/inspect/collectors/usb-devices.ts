@@ -17,7 +17,11 @@ export async function readUsbDevices(root: HostRoot): Promise<UsbDevice[]> {
     const bus = await root.read(`${base}/busnum`);
     const num = await root.read(`${base}/devnum`);
     if (bus === null || num === null || (await root.read(`${base}/bDeviceClass`)) === HUB_CLASS) continue;
-    out.push({ product: await root.read(`${base}/product`), vendor: await root.read(`${base}/manufacturer`), handle: `USB:${bus}:${num}` });
+    out.push({
+      product: await root.read(`${base}/product`),
+      vendor: await root.read(`${base}/manufacturer`),
+      handle: `USB:${bus}:${num}`,
+    });
   }
   return out;
 }

@@ -60,16 +60,22 @@ export async function startAgentProcess(opts: {
   closeSync(fd);
   if (child.pid !== undefined) noteStarted(inject('leftoversFile'), { kind: 'agent', pid: child.pid });
   let exitedFlag = false;
-  const exited = new Promise<void>((r) => child.once('exit', () => {
-    exitedFlag = true;
-    r();
-  }));
+  const exited = new Promise<void>((r) =>
+    child.once('exit', () => {
+      exitedFlag = true;
+      r();
+    }),
+  );
   const log = () => readFile(logFile, 'utf8').catch(() => '');
   return {
     port,
     logFile,
     log,
-    tail: async (n = 40) => (await log()).split('\n').slice(-n - 1).join('\n'),
+    tail: async (n = 40) =>
+      (await log())
+        .split('\n')
+        .slice(-n - 1)
+        .join('\n'),
     exited: () => exitedFlag,
     stop: async () => {
       if (exitedFlag || child.pid === undefined) return;

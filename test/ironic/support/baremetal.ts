@@ -19,7 +19,8 @@ export class Baremetal {
   async run(args: readonly string[]): Promise<string> {
     const [cmd, ...pre] = this.ironic.cli;
     const r = await execa(cmd!, [...pre, ...args], { env: this.ironic.cliEnv, reject: false });
-    if (r.exitCode !== 0) throw new Error(`baremetal ${args.join(' ')} failed (exit ${r.exitCode}): ${r.stderr.trim()}`);
+    if (r.exitCode !== 0)
+      throw new Error(`baremetal ${args.join(' ')} failed (exit ${r.exitCode}): ${r.stderr.trim()}`);
     return r.stdout;
   }
 

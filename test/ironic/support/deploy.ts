@@ -7,7 +7,12 @@ import type { Rig } from './rig.ts';
 
 export type ChecksumStyle = 'sha256' | 'md5' | 'wrong-sha256';
 
-export function instanceInfoArgs(rig: Rig, image: BuiltImage, format: 'raw' | 'qcow2', checksum: ChecksumStyle): string[] {
+export function instanceInfoArgs(
+  rig: Rig,
+  image: BuiltImage,
+  format: 'raw' | 'qcow2',
+  checksum: ChecksumStyle,
+): string[] {
   const info: Record<string, string> = { image_source: rig.images.url(image.name), image_disk_format: format };
   if (checksum === 'md5') info.image_checksum = image.md5;
   else {
@@ -26,7 +31,13 @@ export function configDriveFor(uuid: string, tag: string) {
 }
 
 /** Sets the image, deploys with a config drive, and waits for `active`. */
-export async function deploy(rig: Rig, image: BuiltImage, format: 'raw' | 'qcow2', checksum: ChecksumStyle, tag: string) {
+export async function deploy(
+  rig: Rig,
+  image: BuiltImage,
+  format: 'raw' | 'qcow2',
+  checksum: ChecksumStyle,
+  tag: string,
+) {
   await rig.bm.run(['node', 'set', rig.uuid, ...instanceInfoArgs(rig, image, format, checksum)]);
   const configDrive = configDriveFor(rig.uuid, tag);
   await rig.drive('deploy', ['--config-drive', JSON.stringify(configDrive)], 'active');
@@ -34,7 +45,11 @@ export async function deploy(rig: Rig, image: BuiltImage, format: 'raw' | 'qcow2
 }
 
 /** The image's bytes and marker file are on the disk, and a config-2 partition carries our config drive. */
-export async function expectDeployed(rig: Rig, raw: BuiltImage, configDrive: ReturnType<typeof configDriveFor>): Promise<void> {
+export async function expectDeployed(
+  rig: Rig,
+  raw: BuiltImage,
+  configDrive: ReturnType<typeof configDriveFor>,
+): Promise<void> {
   const payload = await imagePayloadOnDisk(rig.disk.path, raw);
   expect(payload.bytesMatch, 'root partition bytes on the disk equal the image').toBe(true);
   expect(payload.marker).toBe(raw.marker);

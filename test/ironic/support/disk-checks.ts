@@ -57,7 +57,8 @@ export interface DiskPartition {
 export async function partitionTable(dev: string): Promise<{ label: string | null; partitions: DiskPartition[] }> {
   const r = await execa('sfdisk', ['--json', dev], { reject: false });
   if (r.exitCode !== 0 || r.stdout.trim() === '') return { label: null, partitions: [] };
-  const table = (JSON.parse(r.stdout) as { partitiontable: { label: string; partitions?: DiskPartition[] } }).partitiontable;
+  const table = (JSON.parse(r.stdout) as { partitiontable: { label: string; partitions?: DiskPartition[] } })
+    .partitiontable;
   return { label: table.label, partitions: table.partitions ?? [] };
 }
 
@@ -69,7 +70,10 @@ async function extract(dev: string, p: DiskPartition, dir: string, name: string)
 }
 
 /** The image's payload (its root partition) is on the disk byte for byte, and its marker file is readable. */
-export async function imagePayloadOnDisk(dev: string, raw: BuiltImage): Promise<{ bytesMatch: boolean; marker: string }> {
+export async function imagePayloadOnDisk(
+  dev: string,
+  raw: BuiltImage,
+): Promise<{ bytesMatch: boolean; marker: string }> {
   const { start, end } = raw.root;
   const onDisk = await readRange(dev, start, end - start);
   const expected = await readRange(raw.file, start, end - start);

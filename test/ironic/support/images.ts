@@ -3,7 +3,13 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { compress, makeDiskImage, qcow2WithBackingFile as backed, toQcow2 as convert, type Packing } from '../../helpers/make-image.ts';
+import {
+  compress,
+  makeDiskImage,
+  qcow2WithBackingFile as backed,
+  toQcow2 as convert,
+  type Packing,
+} from '../../helpers/make-image.ts';
 
 /** Where make-image.ts puts the marker file in the root filesystem. */
 export const MARKER_PATH = '/ina-marker.txt';

@@ -35,7 +35,10 @@ export function stopLeftovers(file: string): string[] {
   if (!existsSync(file)) return [];
   const stopped: string[] = [];
   // last started, first ended: the agent before its disk, the disk before its directory
-  const items = readFileSync(file, 'utf8').split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Leftover);
+  const items = readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => JSON.parse(l) as Leftover);
   for (const item of items.reverse()) {
     if (item.kind === 'dir') {
       if (existsSync(item.path)) rmSync(item.path, { recursive: true, force: true });

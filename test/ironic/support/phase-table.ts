@@ -12,7 +12,8 @@ export function formatPhaseTable(records: readonly PhaseRecord[]): string {
   const rows = records.map((r) => [r.scenario, r.phase, `${(r.ms / 1000).toFixed(1)} s`, r.ok ? 'ok' : 'FAILED']);
   const header = ['scenario', 'phase', 'duration', 'result'];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i === 2 ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join('  ');
+  const line = (cells: string[]) =>
+    cells.map((c, i) => (i === 2 ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join('  ');
   const total = records.reduce((s, r) => s + r.ms, 0);
   return [
     'Ironic conformance: phase durations',

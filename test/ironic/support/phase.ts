@@ -16,4 +16,3 @@ export async function phase<T>(scenario: string, name: string, body: () => Promi
     appendFileSync(inject('phasesFile'), `${JSON.stringify(record)}\n`);
   }
 }
-

@@ -50,7 +50,10 @@ export async function physicalMacs(): Promise<string[]> {
   const macs: string[] = [];
   for (const name of (await readdir('/sys/class/net')).sort()) {
     if (name === 'lo') continue;
-    const ok = await access(join('/sys/class/net', name, 'device')).then(() => true, () => false);
+    const ok = await access(join('/sys/class/net', name, 'device')).then(
+      () => true,
+      () => false,
+    );
     if (!ok) continue;
     const mac = (await readFile(join('/sys/class/net', name, 'address'), 'utf8')).trim().toLowerCase();
     if (mac !== '00:00:00:00:00:00') macs.push(mac);
@@ -70,7 +73,8 @@ export async function createRig(name: string, opts: RigOptions = {}): Promise<Ri
   };
   try {
     const macs = await physicalMacs();
-    if (macs.length === 0) throw new Error('this machine has no physical NIC (/sys/class/net/*/device): the agent cannot look itself up');
+    if (macs.length === 0)
+      throw new Error('this machine has no physical NIC (/sys/class/net/*/device): the agent cannot look itself up');
     const mac = macs[0]!;
 
     const ironic = await startIronic(opts.ironic);
@@ -90,28 +94,38 @@ export async function createRig(name: string, opts: RigOptions = {}): Promise<Ri
     const bm = new Baremetal(ironic);
     // one CLI call (`baremetal create`) enrolls the node with its port
     const enrollment = join(dir, 'enroll.json');
-    await writeFile(enrollment, JSON.stringify({
-      nodes: [{
-        name, driver: 'fake-hardware',
-        deploy_interface: 'direct', boot_interface: 'fake', power_interface: 'fake',
-        management_interface: 'noop', network_interface: 'noop',
-        properties: { cpu_arch: 'x86_64', root_device: { name: disk.path } },
-        ports: [{ address: mac }],
-        ...opts.node,
-      }],
-    }));
+    await writeFile(
+      enrollment,
+      JSON.stringify({
+        nodes: [
+          {
+            name,
+            driver: 'fake-hardware',
+            deploy_interface: 'direct',
+            boot_interface: 'fake',
+            power_interface: 'fake',
+            management_interface: 'noop',
+            network_interface: 'noop',
+            properties: { cpu_arch: 'x86_64', root_device: { name: disk.path } },
+            ports: [{ address: mac }],
+            ...opts.node,
+          },
+        ],
+      }),
+    );
     await bm.run(['create', enrollment]);
     const uuid = (await bm.node(name)).uuid;
     // fake power starts as None; fast track needs the node "on"
     await bm.run(['node', 'power', 'on', uuid]);
 
-    const startAgent = () => startAgentProcess({
-      apiUrl: ironic.url,
-      disk: disk.path,
-      dir,
-      autoTls: opts.autoTls ?? ironic.requireTls,
-      extraFlags: opts.agentFlags,
-    });
+    const startAgent = () =>
+      startAgentProcess({
+        apiUrl: ironic.url,
+        disk: disk.path,
+        dir,
+        autoTls: opts.autoTls ?? ironic.requireTls,
+        extraFlags: opts.agentFlags,
+      });
     let agent = await startAgent();
     cleanups.push(() => agent.stop());
 
@@ -119,7 +133,14 @@ export async function createRig(name: string, opts: RigOptions = {}): Promise<Ri
       `--- agent log (${agent.logFile}, last lines)${agent.exited() ? ' [agent process has EXITED]' : ''}\n${await agent.tail(30)}\n` +
       `--- conductor warnings/errors (last lines)\n${tailLines(await ironic.conductorLog(), 12, / (ERROR|WARNING) [\w.]+ \[/)}`;
     const rig: Rig = {
-      ironic, bm, dir, images, disk, agent, uuid, mac,
+      ironic,
+      bm,
+      dir,
+      images,
+      disk,
+      agent,
+      uuid,
+      mac,
       restartAgent: async () => {
         await agent.stop();
         agent = rig.agent = await startAgent();
@@ -131,7 +152,10 @@ export async function createRig(name: string, opts: RigOptions = {}): Promise<Ri
         return waitForState(bm, uuid, target, { explain }, timeoutMs);
       },
       // 21.4 logs `"GET /v1/lookup?…" status: 200`, sid `GET /v1/lookup?… - 200 (…ms)`
-      lookups: async () => (await ironic.apiLog()).split('\n').filter((l) => /"GET \/v1\/lookup\?[^"]*" status: 200| GET \/v1\/lookup\?\S* - 200 /.test(l)).length,
+      lookups: async () =>
+        (await ironic.apiLog())
+          .split('\n')
+          .filter((l) => /"GET \/v1\/lookup\?[^"]*" status: 200| GET \/v1\/lookup\?\S* - 200 /.test(l)).length,
       explain,
       close,
     };
@@ -148,7 +172,8 @@ export async function waitForHeartbeat(rig: Rig, timeoutMs = 60_000): Promise<No
   for (;;) {
     const node = await rig.node();
     if (node.driver_internal_info.agent_last_heartbeat && node.driver_internal_info.agent_url) return node;
-    if (rig.agent.exited()) throw new Error(`the agent process exited before it heartbeated to Ironic\n${await rig.explain()}`);
+    if (rig.agent.exited())
+      throw new Error(`the agent process exited before it heartbeated to Ironic\n${await rig.explain()}`);
     if (Date.now() > deadline) {
       throw new Error(`the agent never heartbeated to Ironic within ${timeoutMs / 1000} s\n${await rig.explain()}`);
     }

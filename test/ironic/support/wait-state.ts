@@ -2,7 +2,15 @@
 // that explain it) when it lands in another stable state instead.
 import type { Baremetal, NodeView } from './baremetal.ts';
 
-const STABLE_FAILURES = new Set(['deploy failed', 'clean failed', 'error', 'inspect failed', 'rescue failed', 'service failed', 'unrescue failed']);
+const STABLE_FAILURES = new Set([
+  'deploy failed',
+  'clean failed',
+  'error',
+  'inspect failed',
+  'rescue failed',
+  'service failed',
+  'unrescue failed',
+]);
 
 export interface WaitContext {
   /** Text appended to a failure: the agent's and the conductor's last log lines. */
