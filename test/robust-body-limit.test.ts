@@ -86,7 +86,7 @@ describe('request body limits', { timeout: 180_000 }, () => {
     expect([413, 'reset']).toContain(await post(agent.url, 100_000_000, true));
   });
 
-  it('eight 32 MiB POSTs at once are read one at a time: the peak grows by less than their sum', async () => {
+  it('eight 32 MiB POSTs at once are read one at a time: the peak grows by half what reading them together costs', async () => {
     await resetPeak(agent.pid);
     const before = await memory(agent.pid);
     const results = await Promise.all(Array.from({ length: 8 }, () => post(agent.url, 32 * MiB)));
@@ -95,8 +95,10 @@ describe('request body limits', { timeout: 180_000 }, () => {
     console.log(
       `peak RSS growth for eight concurrent 32 MiB bodies: ${((after.peak - before.rss) / MiB).toFixed(0)} MiB`,
     );
-    // Read all at once, each costs about three times its size (bytes, text, parsed string): more than their sum.
-    expect(after.peak - before.rss).toBeLessThan(8 * 32 * MiB);
+    // Read all at once, each costs about three times its size (bytes, text, parsed string): about 768 MiB. One at a
+    // time, the peak is one body's cost plus what the collector has not yet freed of the ones before (194-261 MiB
+    // measured under load): half of all-at-once tells the two apart with room for the collector's timing.
+    expect(after.peak - before.rss).toBeLessThan((8 * 32 * 3 * MiB) / 2);
     expect(await post(agent.url, 1000)).toBe(404);
   });
 });
