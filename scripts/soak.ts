@@ -50,6 +50,15 @@ interface Resources {
   rssMiB: number;
 }
 
+/**
+ * The figures once the agent has been idle long enough for V8's memory reducer to collect (it starts 8 s after
+ * activity stops): both samples compare what is kept, not garbage a hostile request left a moment before.
+ */
+async function settledResources(pid: number, bufferDir: string): Promise<Resources> {
+  await new Promise((r) => setTimeout(r, 12_000));
+  return resources(pid, bufferDir);
+}
+
 async function resources(pid: number, bufferDir: string): Promise<Resources> {
   const fds = (await readdir(`/proc/${pid}/fd`)).length;
   let children = 0;
@@ -334,12 +343,12 @@ async function main(): Promise<void> {
         break;
       }
       if (done === Math.min(10, DEPLOYS)) {
-        first = await resources(agent.pid, bufferDir);
+        first = await settledResources(agent.pid, bufferDir);
         console.log(`soak: after ${done} deploys: ${show(first)}`);
       }
     }
     if (agent.alive()) {
-      last = await resources(agent.pid, bufferDir);
+      last = await settledResources(agent.pid, bufferDir);
       console.log(`soak: after ${done} deploys: ${show(last)}`);
       if (last.children > 0) {
         for (const p of await readdir('/proc')) {
