@@ -18,23 +18,13 @@ import { buildIso, toWire } from '../test/helpers/configdrive.ts';
 import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from '../test/helpers/loop.ts';
 import { compress, makeDiskImage, toQcow2, workDir } from '../test/helpers/make-image.ts';
 import { startRawHttpServer, type Behaviour } from '../test/helpers/raw-http-server.ts';
+import { seededRandom } from '../agent/seeded-random.ts';
 
 const DEPLOYS = Number(process.env.SOAK_DEPLOYS ?? 300);
 const SEED = Number(process.env.SOAK_SEED ?? 17);
 const MAX_S = Number(process.env.SOAK_MAX_S ?? 1800);
 
-/** mulberry32: a small seeded generator, so that a failing run can be repeated exactly. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const random = prng(SEED);
+const random = seededRandom(SEED);
 
 /** Mostly good answers, so that most deploys get through; each fault often enough to be met dozens of times. */
 function pickBehaviour(): Behaviour {

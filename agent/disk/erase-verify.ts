@@ -6,6 +6,7 @@
 import { open } from 'node:fs/promises';
 import type { Logger } from '../log.ts';
 import { run } from '../exec.ts';
+import { seededRandom } from '../seeded-random.ts';
 
 const MiB = 1024 * 1024;
 const EDGE = MiB;
@@ -35,25 +36,13 @@ export interface Verification {
   failure: string | null;
 }
 
-/** mulberry32: small, fast and good enough to spread offsets; the point is reproducibility, not secrecy. */
-function generator(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 export function samplePlan(sizeBytes: number, seed: number): SamplePlan {
   const regions: Region[] = [{ offset: 0, length: Math.min(EDGE, sizeBytes) }];
   if (sizeBytes > EDGE) {
     const tail = Math.max(EDGE, sizeBytes - EDGE);
     regions.push({ offset: tail, length: sizeBytes - tail });
   }
-  const next = generator(seed);
+  const next = seededRandom(seed);
   const slots = Math.floor((sizeBytes - REGION) / BLOCK);
   for (let i = 0; i < RANDOM_REGIONS && slots > 0; i++) {
     const offset = Math.floor(next() * (slots + 1)) * BLOCK;

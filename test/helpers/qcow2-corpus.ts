@@ -6,21 +6,13 @@ import { execa } from 'execa';
 import { INSPECT_HEAD_BYTES } from '../../agent/image/inspect.ts';
 import { parseQcow2Header } from '../../agent/image/qcow2/header.ts';
 import { Qcow2Reader, type WriteTarget } from '../../agent/image/qcow2/reader.ts';
+import { seededRandom } from '../../agent/seeded-random.ts';
 
 export const KiB = 1024;
 export const MiB = 1024 * KiB;
 
-/** A deterministic pseudo-random generator (mulberry32). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** A deterministic pseudo-random generator (the agent's mulberry32). */
+export const rng = seededRandom;
 
 /** `length` bytes, half of them compressible text and half noise, from a seed. */
 export function content(length: number, seed: number): Buffer {

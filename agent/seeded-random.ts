@@ -1,0 +1,12 @@
+// mulberry32: a small seeded generator, for choices that must be repeatable from a logged seed (erase read-back
+// offsets, the soak's faults, test corpora). Reproducibility is the point, not secrecy.
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
