@@ -17,6 +17,8 @@ import { compress, makeDiskImage, workDir, type DiskImage } from './helpers/make
 
 let loop: LoopDevice;
 let server: ImageServer;
+/** Answers without Accept-Ranges, as `python3 -m http.server` and Ironic's conductor-side server may. */
+let noRanges: ImageServer;
 let work: Awaited<ReturnType<typeof workDir>>;
 let disk: DiskImage;
 let base: Buffer;
@@ -28,6 +30,7 @@ beforeAll(async () => {
   await execa('qemu-img', ['convert', '-q', '-f', 'raw', '-O', 'qcow2', disk.path, file]);
   base = await readFile(file);
   server = await startImageServer();
+  noRanges = await startImageServer({ ranges: false });
   loop = await attachLoop(16 * MiB);
 });
 
@@ -38,6 +41,7 @@ beforeEach(async () => {
 afterAll(async () => {
   await detachLoop(loop);
   await server.close();
+  await noRanges.close();
   await work.cleanup();
 });
 
@@ -46,10 +50,11 @@ async function deploy(
   flags: Record<string, string> = {},
   log?: LogRing,
   name = `${Math.random().toString(16).slice(2)}.qcow2`,
+  from = server,
 ) {
   const file = join(work.dir, name);
   await writeFile(file, image);
-  const url = await server.serveFile(name, file);
+  const url = await from.serveFile(name, file);
   const agent = await startImageAgent(loop.path, flags, log && pino({ base: null }, log));
   try {
     return await runToEnd(agent.url, 'standby.prepare_image', {
@@ -217,38 +222,49 @@ describe('what the reader cannot take goes the buffered route', () => {
     );
   });
 
-  it('is deployed by the buffered path instead, which the log and the progress say', async () => {
-    // 4 KiB clusters: one L1 entry maps 2 MiB. Growing the image past its L1 table moves the table to the
-    // end of the file, after every L2 table and data cluster.
-    const mbr = await makeDiskImage(work.dir, { table: 'mbr', sizeMiB: 12, name: 'late-l1.raw', randomKiB: 2048 });
-    const head = join(work.dir, 'late-l1-head.raw');
-    await writeFile(head, (await readFile(mbr.path)).subarray(0, 4 * MiB));
-    const file = join(work.dir, 'late-l1.qcow2');
-    await execa('qemu-img', ['convert', '-q', '-f', 'raw', '-O', 'qcow2', '-o', 'cluster_size=4096', head, file]);
-    await execa('qemu-img', ['resize', '-q', '-f', 'qcow2', file, String(12 * MiB)]);
-    const image = await readFile(file);
-    expect(Number(image.readBigUInt64BE(field.l1Offset))).toBeGreaterThan(image.length - 64 * 1024);
-    const reference = join(work.dir, 'late-l1.ref');
-    await execa('qemu-img', ['convert', '-f', 'qcow2', '-O', 'raw', file, reference]);
+  it.each([
+    ['answers ranges', () => server],
+    ['answers no ranges (the fallback must not be taken for a broken download)', () => noRanges],
+  ])(
+    'is deployed by the buffered path instead, which the log and the progress say; the server %s',
+    async (_what, from) => {
+      // 4 KiB clusters: one L1 entry maps 2 MiB. Growing the image past its L1 table moves the table to the
+      // end of the file, after every L2 table and data cluster.
+      const mbr = await makeDiskImage(work.dir, {
+        table: 'mbr',
+        sizeMiB: 16,
+        name: 'late-l1.raw',
+        randomKiB: 10 * 1024,
+      });
+      const head = join(work.dir, 'late-l1-head.raw');
+      await writeFile(head, (await readFile(mbr.path)).subarray(0, 12 * MiB));
+      const file = join(work.dir, 'late-l1.qcow2');
+      await execa('qemu-img', ['convert', '-q', '-f', 'raw', '-O', 'qcow2', '-o', 'cluster_size=4096', head, file]);
+      await execa('qemu-img', ['resize', '-q', '-f', 'qcow2', file, String(16 * MiB)]);
+      const image = await readFile(file);
+      expect(Number(image.readBigUInt64BE(field.l1Offset))).toBeGreaterThan(image.length - 64 * 1024);
+      const reference = join(work.dir, 'late-l1.ref');
+      await execa('qemu-img', ['convert', '-f', 'qcow2', '-O', 'raw', file, reference]);
 
-    const log = new LogRing();
-    const r = await deploy(image, { 'ina-qcow2-stream-spool': '1' }, log);
-    expect(r.command_error).toBeNull();
-    expect(r.command_status).toBe('SUCCEEDED');
-    const ref = await readFile(reference);
-    expect((await readDevice(loop.path, 0, ref.length)).equals(ref)).toBe(true);
-    const lines = log.tail().map((l) => JSON.parse(l) as Record<string, unknown>);
-    expect(lines.some((l) => l.msg === 'the image cannot be streamed; downloading it again into the buffer')).toBe(
-      true,
-    );
-    const download = lines.find((l) => l.phase === 'download' && typeof l.fallback === 'string');
-    expect(download?.fallback).toMatch(
-      /more data before its tables than the streaming spool may hold \(1048576 bytes\)/,
-    );
-    // With the default spool, the same image streams.
-    const streamed = new LogRing();
-    expect((await deploy(image, {}, streamed)).command_status).toBe('SUCCEEDED');
-    expect(streamed.tail().some((l) => l.includes('qcow2 image placed by the streaming reader'))).toBe(true);
-    expect((await readDevice(loop.path, 0, ref.length)).equals(ref)).toBe(true);
-  });
+      const log = new LogRing();
+      const r = await deploy(image, { 'ina-qcow2-stream-spool': '1' }, log, undefined, from());
+      expect(r.command_error).toBeNull();
+      expect(r.command_status).toBe('SUCCEEDED');
+      const ref = await readFile(reference);
+      expect((await readDevice(loop.path, 0, ref.length)).equals(ref)).toBe(true);
+      const lines = log.tail().map((l) => JSON.parse(l) as Record<string, unknown>);
+      expect(lines.some((l) => l.msg === 'the image cannot be streamed; downloading it again into the buffer')).toBe(
+        true,
+      );
+      const download = lines.find((l) => l.phase === 'download' && typeof l.fallback === 'string');
+      expect(download?.fallback).toMatch(
+        /more data before its tables than the streaming spool may hold \(1048576 bytes\)/,
+      );
+      // With the default spool, the same image streams.
+      const streamed = new LogRing();
+      expect((await deploy(image, {}, streamed)).command_status).toBe('SUCCEEDED');
+      expect(streamed.tail().some((l) => l.includes('qcow2 image placed by the streaming reader'))).toBe(true);
+      expect((await readDevice(loop.path, 0, ref.length)).equals(ref)).toBe(true);
+    },
+  );
 });

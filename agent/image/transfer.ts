@@ -231,32 +231,40 @@ export class Transfer {
     const resumable =
       header(first, 'accept-ranges')?.toLowerCase() === 'bytes' && !!validator && totalBytes !== undefined;
     let res = first;
+    let chunks = res.body[Symbol.asyncIterator]();
     let offset = 0;
     let breaks = 0;
     let resumedAt = 0;
-    for (;;) {
-      try {
-        for await (const chunk of res.body) {
+    try {
+      for (;;) {
+        let next: IteratorResult<Buffer>;
+        try {
+          next = await chunks.next();
+          if (next.done && totalBytes !== undefined && offset !== totalBytes) {
+            throw new Error(`the body ended after ${offset} of ${totalBytes} bytes`);
+          }
+        } catch (err) {
           this.checkDeadline();
-          offset += (chunk as Buffer).length;
-          // Counted per stretch of trouble, so that a long transfer over a link that drops now and then goes on.
-          if (breaks > 0 && offset - resumedAt >= RESUME_PROGRESS) breaks = 0;
-          yield chunk as Buffer;
+          res.body.destroy();
+          const why = `download from ${shownUrl(url)} broke at byte ${offset}: ${errorText(err)}`;
+          if (!resumable) throw new ImageDownloadError(`${why}; the server does not support resuming`);
+          this.policy.log.warn({ url: shownUrl(url), offset, err: errorText(err) }, 'image download broke, resuming');
+          ({ res, breaks } = await this.resume(url, first, totalBytes!, offset, validator!, why, breaks));
+          chunks = res.body[Symbol.asyncIterator]();
+          resumedAt = offset;
+          continue;
         }
-        if (totalBytes !== undefined && offset !== totalBytes) {
-          throw new Error(`the body ended after ${offset} of ${totalBytes} bytes`);
-        }
-        return;
-      } catch (err) {
-        if (err instanceof ImageDownloadTimeoutError) throw err;
+        if (next.done) return;
         this.checkDeadline();
-        res.body.destroy();
-        const why = `download from ${shownUrl(url)} broke at byte ${offset}: ${errorText(err)}`;
-        if (!resumable) throw new ImageDownloadError(`${why}; the server does not support resuming`);
-        this.policy.log.warn({ url: shownUrl(url), offset, err: errorText(err) }, 'image download broke, resuming');
-        ({ res, breaks } = await this.resume(url, first, totalBytes!, offset, validator!, why, breaks));
-        resumedAt = offset;
+        offset += next.value.length;
+        // Counted per stretch of trouble, so that a long transfer over a link that drops now and then goes on.
+        if (breaks > 0 && offset - resumedAt >= RESUME_PROGRESS) breaks = 0;
+        // Outside the try: what the consumer throws in here (a sink giving up, the pipeline torn down) is not
+        // a break of the download, and must not be answered with a resume or reported as one.
+        yield next.value;
       }
+    } finally {
+      res.body.destroy();
     }
   }
 

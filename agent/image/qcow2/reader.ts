@@ -232,22 +232,32 @@ export class Qcow2Reader {
       range.feed(c * size, kept.bytes);
     }
     if (range.complete) await this.finishCompressed(range);
-    // Kept clusters whose every byte is now accounted for are not needed any more.
-    const first = Math.floor(range.host / size);
-    const last = Math.floor((range.host + range.length - 1) / size);
-    for (let c = first; c <= Math.min(last, current - 1); c++) {
-      if (this.claims.covered(c)) {
-        this.spool.drop(c);
-        this.claims.forgetCompressed(c);
-      }
-    }
   }
 
   private async finishCompressed(range: CompressedRange): Promise<void> {
     const { clusterSize, compression, virtualSize } = this.layout;
     const { out, used } = inflateCluster(compression, range.bytes, clusterSize, range.guest);
     range.used = used;
+    this.releasePassed(range);
     await this.emit(range.guest, out.subarray(0, Math.min(clusterSize, virtualSize - range.guest)));
+  }
+
+  /**
+   * Drops the passed clusters a decoded range leaves wholly accounted for. A compressed cluster that runs on
+   * into the next host cluster keeps the one it started in until it is decoded; without this, a packed image
+   * (`qemu-img convert -c`, where nearly every host cluster ends inside such a range) would hold nearly
+   * every cluster until its last table arrived.
+   */
+  private releasePassed(range: CompressedRange): void {
+    const size = this.layout.clusterSize;
+    const first = Math.floor(range.host / size);
+    const last = Math.floor((range.host + range.length - 1) / size);
+    for (let c = first; c <= last; c++) {
+      // The cluster being read is judged by cluster() itself, once all its ranges are fed.
+      if (!this.spool.get(c) || !this.claims.covered(c)) continue;
+      this.spool.drop(c);
+      this.claims.forgetCompressed(c);
+    }
   }
 
   /** Whether a data cluster of `length` bytes goes to the device as it is: all of it data, none past the end. */
