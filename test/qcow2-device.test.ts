@@ -21,14 +21,7 @@ beforeAll(async () => ({ dir, cleanup } = await workDir('ina-qcow2-dev-')));
 afterAll(async () => cleanup());
 
 const DEVICE = 40 * MiB;
-// Streaming is opt-in (its default spool is 0): this file's sinks get the tested 64 MiB.
-const config = buildConfig(
-  new Map(),
-  new Map([
-    ['standalone', 'true'],
-    ['ina-qcow2-stream-spool', '64'],
-  ]),
-);
+const config = buildConfig(new Map(), new Map([['standalone', 'true']]));
 const odd = 24 * MiB + 3 * 512;
 const writes = [
   { offset: 20 * MiB, length: 300 * KiB + 512 },

@@ -165,7 +165,7 @@ export function buildConfig(kernel: ReadonlyMap<string, string>, flags: Readonly
         why: 'qemu-img cannot convert an image in less address space (MiB), see docs/safety.md',
       }),
       bufferDir: r.str('ipa-image-buffer-dir', '/tmp'),
-      qcow2SpoolMiB: r.num('ina-qcow2-stream-spool', 0, { integer: true, min: 0 }),
+      qcow2SpoolMiB: r.num('ina-qcow2-stream-spool', 64, { integer: true, min: 0 }),
     },
     erase: {
       randomPasses: r.num('ipa-erase-random-passes', 1, { integer: true, min: 0 }),

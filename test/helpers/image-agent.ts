@@ -13,8 +13,6 @@ export const FAST_FLAGS: Record<string, string> = {
   'ipa-image-download-connection-timeout': '1',
   'ipa-image-download-connection-retries': '2',
   'ipa-image-download-connection-retry-interval': '0.05',
-  // qcow2 streaming is opt-in (docs/qcow2-streaming.md); the tests run it unless they pin the buffered route (0).
-  'ina-qcow2-stream-spool': '64',
 };
 
 /** An agent limited to `device`; its retry pauses run on `clock`, virtual time unless a test needs the wall's. */
