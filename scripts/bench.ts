@@ -20,6 +20,7 @@ import { execa } from 'execa';
 import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from '../test/helpers/loop.ts';
 import { startImageServer, type ImageServer } from '../test/helpers/image-server.ts';
 import { compress, toQcow2, workDir } from '../test/helpers/make-image.ts';
+import { standaloneArgs } from './lib/standalone-args.ts';
 
 const root = new URL('..', import.meta.url).pathname;
 
@@ -228,17 +229,7 @@ async function agentDeploy(
 ): Promise<AgentRun> {
   const child = execa(
     build.node,
-    [
-      ...build.launch.flags,
-      build.bundle,
-      '--standalone',
-      '--kernel-cmdline=/dev/null',
-      '--ipa-listen-host=127.0.0.1',
-      '--ipa-listen-port=0',
-      `--device-allowlist=${device}`,
-      `--ipa-image-buffer-dir=${bufferDir}`,
-      ...flags,
-    ],
+    [...build.launch.flags, build.bundle, ...standaloneArgs(device, bufferDir), ...flags],
     { cwd: root, reject: false, buffer: false, env: build.launch.env },
   );
   // Filled as the log comes; complete once the process has exited and its output has been read (finally).

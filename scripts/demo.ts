@@ -4,41 +4,18 @@
 // `standby.prepare_image` with a config drive while showing progress, then shows the partition table,
 // checks the bytes and reads the marker and the config drive back. Always cleans up.
 import { createHash } from 'node:crypto';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { gzipSync } from 'node:zlib';
 import { execa, type ResultPromise } from 'execa';
 import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from '../test/helpers/loop.ts';
 import { startImageServer, type ImageServer } from '../test/helpers/image-server.ts';
 import { makeDiskImage, workDir } from '../test/helpers/make-image.ts';
+import { buildIso, toWire } from '../test/helpers/configdrive.ts';
 
 const root = new URL('..', import.meta.url).pathname;
 const say = (text: string) => console.log(`\n\x1b[1m== ${text}\x1b[0m`);
 const indent = (text: string) => text.replace(/^/gm, '   ');
-
-async function buildConfigDrive(dir: string): Promise<string> {
-  const tree = join(dir, 'configdrive');
-  await mkdir(join(tree, 'openstack', 'latest'), { recursive: true });
-  const meta = { uuid: 'ina-demo-node', name: 'demo', hostname: 'demo.example', public_keys: {} };
-  await writeFile(join(tree, 'openstack', 'latest', 'meta_data.json'), JSON.stringify(meta));
-  const iso = join(dir, 'configdrive.iso');
-  await execa('genisoimage', [
-    '-quiet',
-    '-o',
-    iso,
-    '-ldots',
-    '-allow-lowercase',
-    '-allow-multidot',
-    '-l',
-    '-J',
-    '-r',
-    '-V',
-    'config-2',
-    tree,
-  ]);
-  return gzipSync(await readFile(iso)).toString('base64');
-}
 
 /** Starts `agent/main.ts` standalone on an ephemeral loopback port; resolves with its URL. */
 async function startAgent(device: string): Promise<{ url: string; child: ResultPromise }> {
@@ -117,7 +94,8 @@ async function main(): Promise<void> {
     say('Serving the image on loopback and building a config drive (ISO labelled config-2)');
     server = await startImageServer();
     const url = await server.serveFile('demo-disk.raw', image.path);
-    const configdrive = await buildConfigDrive(work.dir);
+    const nodeMeta = { uuid: 'ina-demo-node', name: 'demo', hostname: 'demo.example', public_keys: {} };
+    const configdrive = toWire(await buildIso({ 'openstack/latest/meta_data.json': JSON.stringify(nodeMeta) }));
     console.log(indent(`${url}\nconfig drive: ${configdrive.length} base64 characters`));
 
     say(`Starting the agent standalone, allowed to write ${loop.path} only`);

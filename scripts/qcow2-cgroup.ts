@@ -12,6 +12,7 @@ import { execa } from 'execa';
 import { attachLoop, detachLoop, GiB, MiB } from '../test/helpers/loop.ts';
 import { startImageServer } from '../test/helpers/image-server.ts';
 import { workDir } from '../test/helpers/make-image.ts';
+import { standaloneArgs } from './lib/standalone-args.ts';
 
 const root = new URL('..', import.meta.url).pathname;
 const LIMIT = 512 * MiB;
@@ -65,18 +66,7 @@ async function buildImage(dir: string): Promise<string> {
 
 async function deployInCgroup(name: string, device: string, bufferDir: string, url: string, flags: string[]) {
   const cg = await makeCgroup(name);
-  const args = [
-    '--import',
-    'tsx',
-    'agent/main.ts',
-    '--standalone',
-    '--kernel-cmdline=/dev/null',
-    '--ipa-listen-host=127.0.0.1',
-    '--ipa-listen-port=0',
-    `--device-allowlist=${device}`,
-    `--ipa-image-buffer-dir=${bufferDir}`,
-    ...flags,
-  ];
+  const args = ['--import', 'tsx', 'agent/main.ts', ...standaloneArgs(device, bufferDir), ...flags];
   // The shell joins the cgroup, then becomes the agent: everything it starts is charged there too.
   const child = execa('sh', ['-c', `echo $$ > ${cg.procs} && exec "$@"`, 'sh', process.execPath, ...args], {
     cwd: root,

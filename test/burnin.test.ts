@@ -5,10 +5,9 @@ import { open } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { execa } from 'execa';
 import { afterEach, describe, expect, it } from 'vitest';
-import { CLEAN_STEPS } from '../agent/commands/extensions/clean.ts';
-import { hardwareManagerVersions } from '../agent/disk/hardware-manager.ts';
-import { NETWORK_PORT } from '../agent/burnin/fio.ts';
-import { AgentClient, type CommandResult } from './helpers/agent-client.ts';
+import { fioNetworkArgs, NETWORK_PORT } from '../agent/burnin/fio.ts';
+import { AgentClient } from './helpers/agent-client.ts';
+import { runCleanStep } from './helpers/clean-step.ts';
 import { startAgent } from './helpers/api-harness.ts';
 import { MiB, withLoops } from './helpers/loop.ts';
 
@@ -27,22 +26,6 @@ async function agent(allow: string): Promise<AgentClient> {
   return c;
 }
 
-function clean(c: AgentClient, name: string, driverInfo: Record<string, unknown>): Promise<CommandResult> {
-  const step = { ...CLEAN_STEPS.find((s) => s.step === name)!, args: {} };
-  const node = {
-    uuid: '2005a784-89ea-4482-b56a-65497029a47e',
-    properties: {},
-    instance_info: {},
-    driver_internal_info: {},
-    driver_info: driverInfo,
-  };
-  return c.command(
-    'clean.execute_clean_step',
-    { step, node, ports: [], clean_version: hardwareManagerVersions() },
-    { poll: true },
-  );
-}
-
 async function portFree(port: number): Promise<boolean> {
   return new Promise((res) => {
     const s = createServer();
@@ -54,18 +37,23 @@ async function portFree(port: number): Promise<boolean> {
 describe('burn-in steps', () => {
   it('burnin_cpu: stress-ng on one CPU for 2 s', async () => {
     const c = await agent('/dev/null');
-    const r = await clean(c, 'burnin_cpu', { agent_burnin_cpu_cpu: 1, agent_burnin_cpu_timeout: 2 });
+    const r = await runCleanStep(c, 'burnin_cpu', {}, { agent_burnin_cpu_cpu: 1, agent_burnin_cpu_timeout: 2 });
     expect(r.command_error).toBeNull();
     expect(r.command_result).toMatchObject({ clean_result: null, clean_step: { step: 'burnin_cpu' } });
   });
 
   it('burnin_memory: stress-ng with one 32 MiB vm worker for 2 s', async () => {
     const c = await agent('/dev/null');
-    const r = await clean(c, 'burnin_memory', {
-      agent_burnin_vm_vm: 1,
-      'agent_burnin_vm_vm-bytes': '32M',
-      agent_burnin_vm_timeout: 2,
-    });
+    const r = await runCleanStep(
+      c,
+      'burnin_memory',
+      {},
+      {
+        agent_burnin_vm_vm: 1,
+        'agent_burnin_vm_vm-bytes': '32M',
+        agent_burnin_vm_timeout: 2,
+      },
+    );
     expect(r.command_error).toBeNull();
   });
 
@@ -75,7 +63,7 @@ describe('burn-in steps', () => {
       await fh.write(Buffer.alloc(16 * MiB, 0xaa), 0, 16 * MiB, 0);
       await fh.close();
       const c = await agent(dev!.path);
-      const r = await clean(c, 'burnin_disk', { agent_burnin_fio_disk_loops: 1 });
+      const r = await runCleanStep(c, 'burnin_disk', {}, { agent_burnin_fio_disk_loops: 1 });
       expect(r.command_error).toBeNull();
       const after = await open(dev!.path, 'r');
       const buf = Buffer.alloc(16 * MiB);
@@ -91,37 +79,33 @@ describe('burn-in steps', () => {
   it('burnin_network: a reader, then a writer, with the test as the partner over loopback', async (t) => {
     if (!(await portFree(NETWORK_PORT)))
       t.skip(`port ${NETWORK_PORT} (fio's net engine, as IPA's) is in use on this machine`);
-    const common = [
-      '--ioengine',
-      'net',
-      '--port',
-      String(NETWORK_PORT),
-      '--fill_device',
-      '1',
-      '--group_reporting',
-      '--gtod_reduce',
-      '1',
-      '--numjobs',
-      '16',
-    ];
+    // The partner runs fio as another node's agent would (the agent's own arguments, the roles swapped).
+    const plan = { role: 'writer' as const, partner: '127.0.0.1', runtimeS: 1 };
+    const writer = fioNetworkArgs(plan, true).join(' ');
+    const reader = fioNetworkArgs(plan, false).join(' ');
     // the partner: writes first (the agent reads), then reads (knocking until the agent's writer listens)
     const partner = execa(
       'sh',
       [
         '-c',
         [
-          `fio ${common.join(' ')} --name writer --rw write --runtime 1 --time_based --listen >/dev/null || exit 1`,
-          `for i in $(seq 1 100); do fio ${common.join(' ')} --name reader --rw read --hostname 127.0.0.1 >/dev/null && exit 0; sleep 0.2; done; exit 2`,
+          `fio ${writer} >/dev/null || exit 1`,
+          `for i in $(seq 1 100); do fio ${reader} >/dev/null && exit 0; sleep 0.2; done; exit 2`,
         ].join('\n'),
       ],
       { reject: false, timeout: 120_000 },
     );
     cleanups.push(async () => partner.kill());
     const c = await agent('/dev/null');
-    const r = await clean(c, 'burnin_network', {
-      agent_burnin_fio_network_config: { role: 'reader', partner: '127.0.0.1' },
-      agent_burnin_fio_network_runtime: 1,
-    });
+    const r = await runCleanStep(
+      c,
+      'burnin_network',
+      {},
+      {
+        agent_burnin_fio_network_config: { role: 'reader', partner: '127.0.0.1' },
+        agent_burnin_fio_network_runtime: 1,
+      },
+    );
     expect(r.command_error).toBeNull();
     expect((await partner).exitCode, 'the partner read what the agent wrote').toBe(0);
   });

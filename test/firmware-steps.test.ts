@@ -2,13 +2,13 @@
 // (--ina-firmware-root; the real efibootmgr works on its efivars folder), and the burn-in steps' settings:
 // bad input fails with IPA's error type and runs nothing. The burn-ins themselves: test/burnin.test.ts.
 import { afterEach, describe, expect, it } from 'vitest';
-import { CLEAN_STEPS } from '../agent/commands/extensions/clean.ts';
 import { hardwareManagerVersions } from '../agent/disk/hardware-manager.ts';
 import { parseBootEntries, parseMatchPatterns } from '../agent/host/uefi-nvram.ts';
 import { pstoreMountPoint } from '../agent/host/pstore.ts';
 import { fioDiskArgs, fioNetworkArgs, networkPlan } from '../agent/burnin/fio.ts';
 import { stressArgs } from '../agent/burnin/stress-ng.ts';
-import { AgentClient, type CommandResult } from './helpers/agent-client.ts';
+import { AgentClient } from './helpers/agent-client.ts';
+import { runCleanStep } from './helpers/clean-step.ts';
 import { startAgent, type RunningAgent } from './helpers/api-harness.ts';
 import { fakeFirmware, type FakeFirmware } from './helpers/fake-firmware.ts';
 import { installFakes } from './helpers/fake-tools.ts';
@@ -40,32 +40,11 @@ const ENTRIES = [
   { num: '0003', label: 'old grub', loader: '\\EFI\\old\\grubx64.efi' },
 ];
 
-function clean(
-  c: AgentClient,
-  name: string,
-  args: Record<string, unknown> = {},
-  driverInfo: Record<string, unknown> = {},
-): Promise<CommandResult> {
-  const step = { ...CLEAN_STEPS.find((s) => s.step === name)!, args };
-  const node = {
-    uuid: '2005a784-89ea-4482-b56a-65497029a47e',
-    properties: {},
-    instance_info: {},
-    driver_internal_info: {},
-    driver_info: driverInfo,
-  };
-  return c.command(
-    'clean.execute_clean_step',
-    { step, node, ports: [], clean_version: hardwareManagerVersions() },
-    { poll: true },
-  );
-}
-
 describe('clean_uefi_nvram (fake efivars)', () => {
   it('removes the entries matching the default patterns (disk, shim, grub) and keeps network boot', async () => {
     const fw = await firmware({ entries: ENTRIES });
     const c = await agent({ 'ina-firmware-root': fw.root });
-    const r = await clean(c, 'clean_uefi_nvram');
+    const r = await runCleanStep(c, 'clean_uefi_nvram');
     expect(r.command_error).toBeNull();
     expect(r.command_result).toMatchObject({ clean_result: null, clean_step: { step: 'clean_uefi_nvram' } });
     expect(await fw.bootEntries()).toEqual(['0002']);
@@ -91,7 +70,7 @@ describe('clean_uefi_nvram (fake efivars)', () => {
   ])('match_patterns %s -> InvalidCommandParamsError, nothing removed', async (_what, patterns) => {
     const fw = await firmware({ entries: ENTRIES });
     const c = await agent({ 'ina-firmware-root': fw.root });
-    const r = await clean(c, 'clean_uefi_nvram', { match_patterns: patterns });
+    const r = await runCleanStep(c, 'clean_uefi_nvram', { match_patterns: patterns });
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error).toMatchObject({ type: 'InvalidCommandParamsError' });
     expect(r.command_error).toMatchObject({
@@ -104,7 +83,7 @@ describe('clean_uefi_nvram (fake efivars)', () => {
     const fakes = await installFakes({ efibootmgr: 'process.exit(0);' });
     cleanups.push(() => fakes.close());
     const c = await agent();
-    const r = await clean(c, 'clean_uefi_nvram');
+    const r = await runCleanStep(c, 'clean_uefi_nvram');
     expect(r.command_error).toMatchObject({
       type: 'CleaningError',
       details: expect.stringMatching(/--ina-firmware-root/),
@@ -137,7 +116,7 @@ describe('erase_pstore (fake pstore)', () => {
   it('deletes every record in the mounted pstore', async () => {
     const fw = await firmware({ entries: [], pstore: ['dmesg-efi-1', 'console-ramoops-0'] });
     const c = await agent({ 'ina-firmware-root': fw.root });
-    const r = await clean(c, 'erase_pstore');
+    const r = await runCleanStep(c, 'erase_pstore');
     expect(r.command_error).toBeNull();
     expect(r.command_result).toMatchObject({ clean_result: null });
     expect(await fw.pstoreEntries()).toEqual([]);
@@ -146,13 +125,13 @@ describe('erase_pstore (fake pstore)', () => {
   it('no pstore mounted: nothing to erase, the folder is left alone', async () => {
     const fw = await firmware({ entries: [], pstore: ['dmesg-efi-1'], pstoreMounted: false });
     const c = await agent({ 'ina-firmware-root': fw.root });
-    expect((await clean(c, 'erase_pstore')).command_error).toBeNull();
+    expect((await runCleanStep(c, 'erase_pstore')).command_error).toBeNull();
     expect(await fw.pstoreEntries()).toEqual(['dmesg-efi-1']);
   });
 
   it('outside the ramdisk and without a firmware root it refuses (CleaningError)', async () => {
     const c = await agent();
-    expect((await clean(c, 'erase_pstore')).command_error).toMatchObject({ type: 'CleaningError' });
+    expect((await runCleanStep(c, 'erase_pstore')).command_error).toMatchObject({ type: 'CleaningError' });
   });
 
   it('finds the mount point by file system type, with /proc/mounts escapes undone', () => {
@@ -257,7 +236,7 @@ describe('burn-in settings (driver_info), checked before any tool runs', () => {
     const fakes = await installFakes({ 'stress-ng': 'process.exit(0);', fio: 'process.exit(0);' });
     cleanups.push(() => fakes.close());
     const c = await agent();
-    const r = await clean(c, name, {}, info);
+    const r = await runCleanStep(c, name, {}, info);
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error).toMatchObject({ type: 'CleaningError', details: expect.stringMatching(why) });
     expect([...(await fakes.calls('stress-ng')), ...(await fakes.calls('fio'))]).toEqual([]);
@@ -269,7 +248,7 @@ describe('burn-in settings (driver_info), checked before any tool runs', () => {
     });
     cleanups.push(() => fakes.close());
     const c = await agent();
-    const r = await clean(c, 'burnin_cpu', {}, { agent_burnin_cpu_timeout: 1 });
+    const r = await runCleanStep(c, 'burnin_cpu', {}, { agent_burnin_cpu_timeout: 1 });
     expect(r.command_error).toMatchObject({
       type: 'CommandExecutionError',
       details: expect.stringMatching(/^stress-ng \(cpu\) failed with error .*out of cheese/),

@@ -65,31 +65,6 @@ else
   start_daemon ironic-api
 fi
 
-URL="http://127.0.0.1:$API_PORT"
-t0=$(date +%s%N)
-for _ in $(seq 1 720); do
-  for pf in "$RUN"/*.pid; do
-    kill -0 "$(cat "$pf")" 2>/dev/null || {
-      echo "start.sh: $(basename "$pf" .pid) exited; last log lines:" >&2
-      tail -30 "$RUN/log/$(basename "$pf" .pid).log" "$RUN/log/$(basename "$pf" .pid).stdout" >&2 2>/dev/null || true
-      "$HERE/stop.sh" "$RUN" >&2 || true
-      exit 1
-    }
-  done
-  if curl -fsS -H 'X-OpenStack-Ironic-API-Version: 1.31' "$URL/v1/drivers" 2>/dev/null | grep -q '"fake-hardware"'; then
-    echo "$URL" > "$RUN/api-url"
-    echo "$HTTP_URL" > "$RUN/http-url"
-    cat > "$RUN/env" <<ENV
-export OS_AUTH_TYPE=none
-export OS_ENDPOINT=$URL
-export OS_BAREMETAL_API_VERSION=1.82
-ENV
-    echo "start.sh: Ironic ($MODE) up at $URL after $(( ($(date +%s%N) - t0) / 1000000 )) ms" >&2
-    echo "$URL"
-    exit 0
-  fi
-  sleep 0.25
-done
-echo "start.sh: Ironic did not come up within 180 s; logs in $RUN/log" >&2
-"$HERE/stop.sh" "$RUN" >&2 || true
-exit 1
+# shellcheck source=../lib/ironic-wait-up.sh
+. "$HERE/../lib/ironic-wait-up.sh"
+ironic_wait_up 1.82 "Ironic ($MODE)"
