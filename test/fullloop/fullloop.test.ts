@@ -115,6 +115,15 @@ describe.each(firmwares)('full loop, %s', (firmware) => {
       await api.provision(node.uuid, 'active', { configdrive });
       await api.waitFor(node.uuid, 'deploy', (n) => n.provision_state === 'active', 1_200_000);
       record('deploy (power-on -> active)', Date.now() - deployAt);
+      // The compressed cloud image went the streaming route: no buffer in the ramdisk's RAM, no fallback.
+      const agentConsole = rig
+        .serials()
+        .map(([, text]) => text)
+        .join('\n');
+      expect(agentConsole, 'the agent streamed the qcow2 image').toContain(
+        'qcow2 image placed by the streaming reader',
+      );
+      expect(agentConsole).not.toContain('the image cannot be streamed');
 
       // the instance: booted from disk by the BMC, configured by cloud-init from the config drive
       const diskBoot = lastPowerOn('hd');
