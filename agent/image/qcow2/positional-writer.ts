@@ -1,6 +1,6 @@
 // The reader's positional writes onto a device, with O_DIRECT as sinks/block-writer.ts writes raw images (the
 // same reasons: no page-cache copy, the disk kept busy). Writes that continue one another are gathered into
-// 1 MiB page-aligned blocks, up to four in flight. O_DIRECT needs 4 KiB alignment on a 4K-sector disk;
+// 2 MiB page-aligned blocks, up to four in flight. O_DIRECT needs 4 KiB alignment on a 4K-sector disk;
 // pieces of a 4 KiB block (512-byte clusters, odd virtual sizes) are gathered in memory until the block is
 // whole, and whatever is still partial at the end (the image's last bytes) goes through the page cache.
 // Long runs of zeros (unallocated and zero clusters) are zeroed by the device itself, as qemu-img does onto a
@@ -15,7 +15,7 @@ import type { DeviceGuard } from '../../safety/device-guard.ts';
 import type { WriteTarget } from './reader.ts';
 
 const MiB = 1024 * 1024;
-const BLOCK = 1 * MiB;
+const BLOCK = 2 * MiB;
 const DEPTH = 4;
 const ALIGN = 4096;
 /** Zero runs at least this long go to the device's zeroing; shorter ones are not worth a tool's start. */
@@ -46,8 +46,10 @@ export class PositionalWriter implements WriteTarget {
   private closed = false;
   /** Cleared when the device refused to zero a range: zeros are written from memory from then on. */
   private zeroout = true;
-  /** The device's zeroing, one range at a time, alongside the writes (other ranges). */
+  /** The device's zeroing, one batch at a time, alongside the writes (other ranges). */
   private zeroing: Promise<void> = Promise.resolve();
+  /** Ranges waiting for the batch in progress to end. */
+  private readonly queued: [number, number][] = [];
   /** Ranges the device would not zero: written from memory by finish(). */
   private readonly unzeroed: [number, number][] = [];
 
@@ -87,21 +89,26 @@ export class PositionalWriter implements WriteTarget {
       return;
     }
     await this.put(offset, start - offset, fill);
-    this.zeroing = this.zeroing.then(() => this.zeroOut(start, end - start));
+    this.queued.push([start, end - start]);
+    if (this.queued.length === 1) this.zeroing = this.zeroing.then(() => this.zeroOut(this.queued.splice(0)));
     await this.put(end, offset + length - end, fill);
   }
 
   /**
-   * Has the device zero `length` bytes at `start` (4 KiB-aligned) while the stream goes on; each guest byte is
-   * placed once, so no write in flight covers the range. A range the device refuses is written by finish().
+   * Has the device zero `ranges` (4 KiB-aligned) while the stream goes on; each guest byte is placed once, so no
+   * write in flight covers them. The ranges that queued up while the previous batch ran go in one shell, not
+   * one tool each: a spawn forks the agent on its main thread, which costs more than the zeroing. Ranges the
+   * device refuses are written by finish() (a batch that failed part-way is written whole: zeros twice).
    */
-  private async zeroOut(start: number, length: number): Promise<void> {
+  private async zeroOut(ranges: [number, number][]): Promise<void> {
     if (!this.zeroout || this.closed) {
-      this.unzeroed.push([start, length]);
+      this.unzeroed.push(...ranges);
       return;
     }
+    const each =
+      'dev=$1; shift; while [ $# -gt 0 ]; do blkdiscard --zeroout --offset "$1" --length "$2" "$dev" || exit; shift 2; done';
     try {
-      await run('blkdiscard', ['--zeroout', '--offset', String(start), '--length', String(length), this.path], {
+      await run('sh', ['-c', each, 'zeroout', this.path, ...ranges.flatMap(([s, n]) => [String(s), String(n)])], {
         timeoutMs: 0,
       });
     } catch (err) {
@@ -110,7 +117,7 @@ export class PositionalWriter implements WriteTarget {
         'the device would not zero a range itself; writing the zeros instead',
       );
       this.zeroout = false;
-      this.unzeroed.push([start, length]);
+      this.unzeroed.push(...ranges);
     }
   }
 
