@@ -127,13 +127,12 @@ export async function blockDevicesFrom(
   sysBlock = SYS_BLOCK,
 ): Promise<BlockDevice[]> {
   const seen = new Set<string>();
-  const out: BlockDevice[] = [];
-  for (const row of parseLsblk(stdout)) {
-    if (seen.has(row.kname) || !wanted(row, loops)) continue;
+  const rows = parseLsblk(stdout).filter((row) => {
+    if (seen.has(row.kname) || !wanted(row, loops)) return false;
     seen.add(row.kname);
-    out.push(await complete(row, sysBlock));
-  }
-  return out;
+    return true;
+  });
+  return Promise.all(rows.map((row) => complete(row, sysBlock)));
 }
 
 /** The IPA inventory/hint view of a device: the field names hints and `get_hardware_info` use. */
