@@ -113,7 +113,7 @@ async function complete(row: LsblkRow, sysBlock: string): Promise<BlockDevice> {
 
 /** Whole disks (and allow-listed loop devices), in lsblk order. */
 export async function listBlockDevices(services: Pick<AgentServices, 'config' | 'log'>): Promise<BlockDevice[]> {
-  const { stdout } = await run('lsblk', LSBLK_ARGS, { log: services.log });
+  const { stdout } = await run('lsblk', LSBLK_ARGS, { log: services.log, query: true });
   return blockDevicesFrom(stdout, await allowlistedNames(services.config.disks.allowlist));
 }
 

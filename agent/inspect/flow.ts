@@ -50,7 +50,7 @@ async function liveSources(config: Config, log: Logger, root: HostRoot): Promise
     : undefined;
   return {
     root,
-    lsblk: async () => (await run('lsblk', LSBLK_ARGS, { log })).stdout,
+    lsblk: async () => (await run('lsblk', LSBLK_ARGS, { log, query: true })).stdout,
     ipmitool: async (args) => (await run('ipmitool', args, { log, timeoutMs: 30_000 })).stdout,
     bootif: config.bootif,
     loops: await allowlistedNames(config.disks.allowlist),

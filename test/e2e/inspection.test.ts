@@ -139,6 +139,11 @@ describe('inspection of a QEMU machine', () => {
     process.stdout.write(`[e2e] inventory collected in ${ms} ms under ${vm.accel}\n`);
     expect(ms).toBeGreaterThan(0);
     // and the agent stays up for the conductor
-    expect(vm.serial()).toMatch(/Inspection\s+done: HTTP 202/);
+    await until(
+      'the console to show the result',
+      async () => /Inspection\s+done: HTTP 202/.test(vm!.serial()) || undefined,
+      60_000,
+      500,
+    );
   }, 900_000);
 });
