@@ -75,6 +75,7 @@ interface LsblkJson {
 export async function readDisks(): Promise<Disk[] | string> {
   try {
     const r = await run('lsblk', ['--json', '--bytes', '--nodeps', '--output', 'NAME,SIZE,TYPE,MODEL'], {
+      query: true,
       timeoutMs: 5000,
     });
     const doc = JSON.parse(r.stdout) as LsblkJson;

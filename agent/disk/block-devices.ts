@@ -113,7 +113,7 @@ async function complete(row: LsblkRow, sysBlock: string): Promise<BlockDevice> {
 
 /** Whole disks (and allow-listed loop devices), in lsblk order. */
 export async function listBlockDevices(services: Pick<AgentServices, 'config' | 'log'>): Promise<BlockDevice[]> {
-  const { stdout } = await run('lsblk', LSBLK_ARGS, { log: services.log });
+  const { stdout } = await run('lsblk', LSBLK_ARGS, { log: services.log, query: true });
   return blockDevicesFrom(stdout, await allowlistedNames(services.config.disks.allowlist));
 }
 
@@ -127,13 +127,12 @@ export async function blockDevicesFrom(
   sysBlock = SYS_BLOCK,
 ): Promise<BlockDevice[]> {
   const seen = new Set<string>();
-  const out: BlockDevice[] = [];
-  for (const row of parseLsblk(stdout)) {
-    if (seen.has(row.kname) || !wanted(row, loops)) continue;
+  const rows = parseLsblk(stdout).filter((row) => {
+    if (seen.has(row.kname) || !wanted(row, loops)) return false;
     seen.add(row.kname);
-    out.push(await complete(row, sysBlock));
-  }
-  return out;
+    return true;
+  });
+  return Promise.all(rows.map((row) => complete(row, sysBlock)));
 }
 
 /** The IPA inventory/hint view of a device: the field names hints and `get_hardware_info` use. */

@@ -1,6 +1,6 @@
 // Reads block-device facts straight from /sys, because inside the ramdisk there is no udev to
 // publish them (no /dev/disk/by-*, no udev database for lsblk to read).
-import { realpath } from 'node:fs/promises';
+import { realpathSync } from 'node:fs';
 import { listSys, readSys } from '../host/sysfs.ts';
 import { basename } from 'node:path';
 
@@ -37,7 +37,7 @@ export async function sysHctl(name: string, sysBlock = SYS_BLOCK): Promise<strin
 export async function sysByPath(name: string, sysBlock = SYS_BLOCK): Promise<string | null> {
   let dev: string;
   try {
-    dev = await realpath(`${sysBlock}/${name}`);
+    dev = realpathSync(`${sysBlock}/${name}`);
   } catch {
     return null;
   }

@@ -1,10 +1,12 @@
 // Reading /sys (and /proc) the one way: a file that is missing, unreadable or empty is null, a directory that
 // cannot be listed is empty. Both the device guard and the disk code ask sysfs, and must agree on that.
-import { readFile, readdir } from 'node:fs/promises';
+// The reads are synchronous behind the async API: the kernel answers them from memory, and a trip through
+// libuv's thread pool for each costs more than the read itself (docs/inspection.md has the figures).
+import { readdirSync, readFileSync } from 'node:fs';
 
 export async function readSys(path: string): Promise<string | null> {
   try {
-    const text = (await readFile(path, 'utf8')).trim();
+    const text = readFileSync(path, 'utf8').trim();
     return text === '' ? null : text;
   } catch {
     return null;
@@ -13,7 +15,7 @@ export async function readSys(path: string): Promise<string | null> {
 
 export async function listSys(path: string): Promise<string[]> {
   try {
-    return await readdir(path);
+    return readdirSync(path);
   } catch {
     return [];
   }

@@ -14,7 +14,13 @@ import { postInspection, type CallbackOutcome } from './callback.ts';
 import { runCollectors, type Collector } from './collectors/registry.ts';
 import { liveRoot, type HostRoot } from './host-root.ts';
 import { candidateNames, readInterfaces } from './interfaces.ts';
-import { collectInventory, inventorySummary, type Inventory, type InventorySources } from './inventory.ts';
+import {
+  collectInventory,
+  inventorySummary,
+  type Inventory,
+  type InventorySources,
+  type PartTimes,
+} from './inventory.ts';
 import { captureLldp } from './lldp-capture.ts';
 
 export interface InspectionDeps {
@@ -44,7 +50,7 @@ async function liveSources(config: Config, log: Logger, root: HostRoot): Promise
     : undefined;
   return {
     root,
-    lsblk: async () => (await run('lsblk', LSBLK_ARGS, { log })).stdout,
+    lsblk: async () => (await run('lsblk', LSBLK_ARGS, { log, query: true })).stdout,
     ipmitool: async (args) => (await run('ipmitool', args, { log, timeoutMs: 30_000 })).stdout,
     bootif: config.bootif,
     loops: await allowlistedNames(config.disks.allowlist),
@@ -89,9 +95,10 @@ export async function inspect(deps: InspectionDeps): Promise<InspectionResult> {
   const getInventory = () =>
     (inventory ??= (async () => {
       const t0 = performance.now();
-      const inv = await collectInventory(sources);
+      const partsMs: PartTimes = {};
+      const inv = await collectInventory(sources, partsMs);
       collectionMs = Math.round(performance.now() - t0);
-      log.info({ collectionMs, summary: inventorySummary(inv) }, 'hardware inventory collected');
+      log.info({ collectionMs, partsMs, summary: inventorySummary(inv) }, 'hardware inventory collected');
       state.update({
         inspection: { phase: 'collecting', summary: inventorySummary(inv), collectionMs, at: Date.now() / 1000 },
       });

@@ -1,6 +1,9 @@
 // The machine as the inventory readers see it: /sys, /proc and /dev under one root directory, so the
 // same readers run against the live host ("/") and against recorded trees in tests.
-import { readFile, readdir, readlink, realpath, stat } from 'node:fs/promises';
+// The calls are synchronous behind the async API: sysfs and procfs answer from kernel memory, and an inventory
+// makes a few hundred of them, where a trip through libuv's thread pool for each costs more than the read
+// (most under emulation; see docs/inspection.md).
+import { readFileSync, readdirSync, readlinkSync, realpathSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
 
 export class HostRoot {
@@ -13,7 +16,7 @@ export class HostRoot {
   /** A file's trimmed text, or null when it is missing, unreadable or empty. */
   async read(p: string): Promise<string | null> {
     try {
-      const text = (await readFile(this.path(p), 'utf8')).trim();
+      const text = readFileSync(this.path(p), 'utf8').trim();
       return text === '' ? null : text;
     } catch {
       return null;
@@ -21,35 +24,41 @@ export class HostRoot {
   }
 
   async readBytes(p: string): Promise<Buffer | null> {
-    return readFile(this.path(p)).catch(() => null);
+    try {
+      return readFileSync(this.path(p));
+    } catch {
+      return null;
+    }
   }
 
   /** Directory entries, sorted; [] when the directory is missing. */
   async list(p: string): Promise<string[]> {
     try {
-      return (await readdir(this.path(p))).sort();
+      return readdirSync(this.path(p)).sort();
     } catch {
       return [];
     }
   }
 
   async exists(p: string): Promise<boolean> {
-    return stat(this.path(p)).then(
-      () => true,
-      () => false,
-    );
+    return statSync(this.path(p), { throwIfNoEntry: false }) !== undefined;
   }
 
   /** The last component of a symlink's target (`device` → `0000:00:03.0`, `driver` → `virtio_net`). */
   async linkName(p: string): Promise<string | null> {
-    return readlink(this.path(p)).then(
-      (t) => basename(t),
-      () => null,
-    );
+    try {
+      return basename(readlinkSync(this.path(p)));
+    } catch {
+      return null;
+    }
   }
 
   async realpath(p: string): Promise<string | null> {
-    return realpath(this.path(p)).catch(() => null);
+    try {
+      return realpathSync(this.path(p));
+    } catch {
+      return null;
+    }
   }
 }
 

@@ -32,21 +32,46 @@ export interface InventorySources extends InterfaceSources {
   loops?: Set<string>;
 }
 
-export async function collectInventory(src: InventorySources): Promise<Inventory> {
+/** Wall time of each part of one collection, in ms (the parts run concurrently: the longest sets the total). */
+export type PartTimes = Record<string, number>;
+
+/**
+ * The parts are independent, so they run at once: lsblk (the one tool spawned) is in flight while /sys and
+ * /proc are read. `times`, when given, receives each part's wall time.
+ */
+export async function collectInventory(src: InventorySources, times: PartTimes = {}): Promise<Inventory> {
   const { root } = src;
-  const disks = await blockDevicesFrom(await src.lsblk(), src.loops ?? new Set(), root.path('/sys/block'));
-  const bmc = await readBmc(root, src.ipmitool);
+  const t0 = performance.now();
+  const timed = async <T>(part: string, work: Promise<T>): Promise<T> => {
+    const value = await work;
+    times[part] = Math.round(performance.now() - t0);
+    return value;
+  };
+  const lsblk = timed('lsblk', src.lsblk());
+  const [disks, interfaces, cpu, memory, bmc, systemVendor, boot, hostname] = await Promise.all([
+    timed(
+      'disks',
+      lsblk.then((out) => blockDevicesFrom(out, src.loops ?? new Set(), root.path('/sys/block'))),
+    ),
+    timed('interfaces', readInterfaces(root, src)),
+    timed('cpu', readCpu(root)),
+    timed('memory', readMemory(root)),
+    timed('bmc', readBmc(root, src.ipmitool)),
+    timed('system', readSystemVendor(root)),
+    readBoot(root, src.bootif),
+    readHostname(root),
+  ]);
   return {
-    interfaces: await readInterfaces(root, src),
-    cpu: await readCpu(root),
+    interfaces,
+    cpu,
     disks: disks.map(ipaView),
-    memory: await readMemory(root),
+    memory,
     bmc_address: bmc.bmc_address,
     bmc_v6address: bmc.bmc_v6address,
     ...(bmc.bmc_mac ? { bmc_mac: bmc.bmc_mac } : {}),
-    system_vendor: await readSystemVendor(root),
-    boot: await readBoot(root, src.bootif),
-    hostname: await readHostname(root),
+    system_vendor: systemVendor,
+    boot,
+    hostname,
   };
 }
 
