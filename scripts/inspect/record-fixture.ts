@@ -131,6 +131,9 @@ for (const n of ls('/sys/class/net')) {
   link(`${base}/device`);
   link(`${base}/device/driver`);
   if (ls(`${base}/bonding`).length > 0) file(`${base}/bonding/slaves`);
+  // A Wi-Fi NIC: the kernel marks it with `wireless/` and a link to its radio (phy80211).
+  dir(`${base}/wireless`);
+  link(`${base}/phy80211`);
 }
 for (const b of ls('/sys/block')) {
   const base = `/sys/block/${b}`;
