@@ -165,4 +165,12 @@ mkdirSync(join(out, 'dev'), { recursive: true });
 for (const d of ls('/dev').filter((d) => d.startsWith('ipmi'))) writeFileSync(join(out, 'dev', d), '');
 writeFileSync(join(out, 'lsblk.json'), execFileSync('lsblk', LSBLK_ARGS, { encoding: 'utf8' }));
 writeFileSync(join(out, 'addresses.json'), `${JSON.stringify(networkInterfaces(), null, 1)}\n`);
+// Git keeps no empty directory, yet several are what the readers look for (/sys/firmware/efi, a NIC's
+// wireless/, scsi_device/<hctl>, /dev): each gets an empty `.keep` so the checked-in tree still has it.
+const keepEmpty = (d: string): void => {
+  const entries = readdirSync(d, { withFileTypes: true });
+  if (entries.length === 0) writeFileSync(join(d, '.keep'), '');
+  for (const e of entries) if (e.isDirectory()) keepEmpty(join(d, e.name));
+};
+keepEmpty(out);
 process.stdout.write(`recorded into ${out}\n`);
