@@ -1,5 +1,5 @@
-// Records a machine's tree for the inventory tests from a real kernel that this host's cannot give (it has
-// no bonding, 8021q or mac80211_hwsim): the project's ramdisk (Debian's kernel) boots in QEMU with an
+// Records a machine's tree for the inventory tests from a real kernel with what this host's kernel lacks
+// (bonding, 8021q, mac80211_hwsim): the project's ramdisk (Debian's kernel) boots in QEMU with an
 // overlay: the profile's init script as /init, the profile's extra modules (and what they depend on) from
 // the same kernel package, and scripts/inspect/record-fixture.ts bundled. The tree comes back as a tar
 // written to the profile's last disk. Profiles:
@@ -61,8 +61,8 @@ try {
     banner: { js: "import { createRequire as __r } from 'node:module'; const require = __r(import.meta.url);" },
     logLevel: 'warning',
   });
-  // usb-storage, sd_mod (the stick's disk) and e1000e are modules the ramdisk does not load; xhci and the HID drivers make the emulated
-  // USB devices bind as they would on real hardware.
+  // usb-storage, sd_mod (the stick's disk) and e1000e are modules the ramdisk does not load; xHCI and the HID
+  // drivers make the emulated USB devices bind as they would on real hardware.
   const mods = resolveModules(
     moduleDir,
     laptop
