@@ -2,7 +2,7 @@
 // (`ipa-api-url` may name several): on a connection error or timeout the next URL is tried, and the
 // one that answered moves to the front, so later requests go there first.
 import { readFileSync } from 'node:fs';
-import { Agent as Dispatcher, request } from 'undici';
+import { Agent as Dispatcher, request } from '../undici.ts';
 import type { Logger } from '../log.ts';
 
 export interface IronicApiOptions {

@@ -2,7 +2,7 @@
 // scheme, unless `no_proxy` covers the host. TLS (insecure, CA file, minimum version) applies to all.
 import { readFileSync } from 'node:fs';
 import { BlockList, isIP } from 'node:net';
-import { Agent, ProxyAgent, interceptors, type Dispatcher } from 'undici';
+import { Agent, ProxyAgent, redirect, type Dispatcher } from '../undici.ts';
 import { InvalidCommandParamsError } from '../errors.ts';
 
 export interface DispatchOptions {
@@ -109,7 +109,7 @@ export class Dispatchers {
           proxyTls: { ...this.tls, timeout: this.opts.connectTimeoutMs },
         })
       : new Agent({ ...common, connect: { ...this.tls, timeout: this.opts.connectTimeoutMs } });
-    return base.compose(interceptors.redirect({ maxRedirections: 5 }));
+    return base.compose(redirect({ maxRedirections: 5 }));
   }
 
   /** Ends every connection, including any whose body nobody read to the end. */

@@ -3,7 +3,7 @@
 // body. No loop and no sleep here: transfer.ts owns every retry decision.
 import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
 import { pipeline, Readable } from 'node:stream';
-import { request, type Dispatcher } from 'undici';
+import { request, type Dispatcher } from '../undici.ts';
 import { ImageDownloadError } from '../errors.ts';
 import type { Dispatchers } from './dispatchers.ts';
 import { splitCredentials } from './url-credentials.ts';
