@@ -1,6 +1,5 @@
 // The agent process: read the configuration once, then serve (and, with a conductor, link to it).
 import { CommandExecutionError } from './errors.ts';
-import { setFlagsFromString } from 'node:v8';
 import { createAgent, type Agent } from './agent.ts';
 import { loadConfig, type Config } from './config/config.ts';
 import { ConfigError } from './config/reader.ts';
@@ -31,10 +30,6 @@ function die(err: unknown): never {
 }
 
 async function main(): Promise<void> {
-  // undici parses HTTP with a WebAssembly module. V8's optimizing compiler would compile it a second
-  // time in the background, at a cost in peak memory (docs/performance.md); the baseline compiler alone parses
-  // image downloads just as fast (their bodies are counted, not scanned). Must precede the first request.
-  setFlagsFromString('--liftoff-only');
   const config = readConfig();
   const log = createLogger({ debug: config.debug, file: config.logFile });
   if (config.notActedOn.length > 0) {
