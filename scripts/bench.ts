@@ -121,7 +121,7 @@ async function cpuTime(pid: number): Promise<number> {
   return fields.slice(11, 15).reduce((sum, f) => sum + Number(f), 0) / 100;
 }
 
-/** The agent as the ramdisk ships it: one esbuild bundle run by plain node (no TypeScript loader). */
+/** The agent as the ramdisk ships it (image-build/build.sh): one esbuild bundle run by plain node (no TypeScript loader). */
 async function bundleAgent(out: string, tree = root, target = 'node24'): Promise<void> {
   const banner =
     "import { createRequire as __inaRequire } from 'node:module'; const require = __inaRequire(import.meta.url);";
@@ -135,6 +135,8 @@ async function bundleAgent(out: string, tree = root, target = 'node24'): Promise
       `--target=${target}`,
       '--define:__AGENT_VERSION__="bench"',
       `--banner:js=${banner}`,
+      '--legal-comments=none',
+      '--minify-whitespace',
       '--log-level=warning',
       `--outfile=${out}`,
     ],
