@@ -76,6 +76,12 @@ try {
     { kind: 'file', path: 'record/record.mjs', mode: 0o644, data: readFileSync(join(work, 'record.mjs')) },
     {
       kind: 'file',
+      path: 'record/boot.sh',
+      mode: 0o644,
+      data: readFileSync(join(repo, 'scripts/inspect/record-boot.sh')),
+    },
+    {
+      kind: 'file',
       path: 'record/modules',
       mode: 0o644,
       data: Buffer.from(mods.map((m) => basename(m.path)).join('\n')),

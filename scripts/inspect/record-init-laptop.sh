@@ -3,15 +3,7 @@
 # ramdisk's /init: the ramdisk's drivers, then xHCI, USB storage and HID, e1000e and mac80211_hwsim with one
 # radio (wlan0), the wired NIC up with an address, then the recorder. The recorded tree leaves the VM as a tar
 # written to the USB stick (/dev/sda), so the stick is recorded blank, as a laptop's inserted stick would be.
-export PATH=/usr/sbin:/usr/bin
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-say() { echo "record: $*" > /dev/console; }
-for bus in pci virtio; do
-  for f in /sys/bus/$bus/devices/*/modalias; do [ -e "$f" ] && read -r a < "$f" && echo "$a"; done | xargs modprobe -q -a
-done
-xargs modprobe -q -a < /etc/ina/modules
+. /record/boot.sh
 for ko in $(cat /record/modules); do
   [ -e "/sys/module/$(basename "$ko" .ko | tr - _)" ] && continue
   case "$ko" in

@@ -2,15 +2,7 @@
 # PID 1 of the recording VM (scripts/inspect/record-in-vm.ts), in place of the ramdisk's /init: the
 # ramdisk's drivers, then bonding and 8021q, a bond of both NICs with VLAN 100 on it, then the recorder.
 # The recorded tree leaves the VM as a tar written to the last virtio disk (/dev/vdb).
-export PATH=/usr/sbin:/usr/bin
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-say() { echo "record: $*" > /dev/console; }
-for bus in pci virtio; do
-  for f in /sys/bus/$bus/devices/*/modalias; do [ -e "$f" ] && read -r a < "$f" && echo "$a"; done | xargs modprobe -q -a
-done
-xargs modprobe -q -a < /etc/ina/modules
+. /record/boot.sh
 for ko in $(cat /record/modules); do insmod "/record/$ko" || say "insmod $ko failed"; done
 hostname rec-bond-vlan
 ip link set lo up
