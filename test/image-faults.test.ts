@@ -414,6 +414,26 @@ describe('image download faults', () => {
     expect(unchecked.command_error!.details).toMatch(/certificate/i);
   });
 
+  it('speaks HTTP/1.1 to an HTTPS server that also offers HTTP/2, as IPA does (the path the fault tests cover)', async (ctx) => {
+    if ((await execa('openssl', ['version'], { reject: false })).exitCode !== 0) {
+      console.warn('skipped: openssl is not installed, so no test certificate can be made');
+      ctx.skip();
+    }
+    const tls = await selfSignedCert(work.dir);
+    const s = await server({ tls, h2: true });
+    const url = s.serve('img', image);
+    const r = await deploy([url], {}, { 'ipa-cafile': tls.certFile });
+    expect(r.command_error).toBeNull();
+    await expectImageOnDisk();
+    // Through a CONNECT tunnel too, where undici opens the TLS session itself.
+    const proxy = await startProxy();
+    servers.push(proxy);
+    const tunnelled = await deploy([url], { proxies: { https: proxy.url } }, { 'ipa-cafile': tls.certFile });
+    expect(tunnelled.command_error).toBeNull();
+    expect(proxy.seen).toEqual([new URL(url).host]);
+    expect(s.requests.map((q) => q.httpVersion)).toEqual(['1.1', '1.1']);
+  });
+
   it('sends the Authorization header image_info carries', async () => {
     const s = await server();
     const url = s.serve('img', image);

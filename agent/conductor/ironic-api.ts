@@ -36,6 +36,8 @@ export class IronicApi {
     this.dispatcher = new Dispatcher({
       headersTimeout: timeout,
       bodyTimeout: timeout,
+      // HTTP/1.1, as IPA speaks to Ironic (undici 8 would offer h2 to an HTTPS API).
+      allowH2: false,
       connect: {
         timeout,
         rejectUnauthorized: !opts.insecure,

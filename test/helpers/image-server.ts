@@ -10,6 +10,7 @@ import {
   type Server,
   type ServerResponse,
 } from 'node:http';
+import { createSecureServer as createHttp2Server } from 'node:http2';
 import { createServer as createTlsServer } from 'node:https';
 import { connect, type AddressInfo, type Socket } from 'node:net';
 import { execa } from 'execa';
@@ -42,6 +43,8 @@ export interface ServerOptions {
   ignoreIfRange?: boolean;
   /** Serve HTTPS with this key and certificate (PEM). */
   tls?: { key: string; cert: string };
+  /** With `tls`: offer HTTP/2 in ALPN as well as HTTP/1.1, as an nginx with `http2 on` does. */
+  h2?: boolean;
 }
 
 export interface RequestLog {
@@ -52,6 +55,8 @@ export interface RequestLog {
   status: number;
   /** When the request arrived (epoch ms). */
   at: number;
+  /** The protocol the client spoke: '1.1' or '2.0'. */
+  httpVersion: string;
 }
 
 export class ImageServer {
@@ -63,7 +68,7 @@ export class ImageServer {
 
   constructor(
     private readonly server: Server,
-    readonly options: Required<Omit<ServerOptions, 'tls'>>,
+    readonly options: Required<Omit<ServerOptions, 'tls' | 'h2'>>,
   ) {
     server.on('connection', (s) => {
       this.sockets.add(s);
@@ -119,6 +124,7 @@ export class ImageServer {
       authorization: req.headers.authorization,
       status: 0,
       at: Date.now(),
+      httpVersion: req.httpVersion,
     };
     this.requests.push(log);
     const reply = (status: number, body: string, headers: Record<string, string> = {}) => {
@@ -183,7 +189,11 @@ async function listen(server: Server, scheme = 'http'): Promise<string> {
 }
 
 export async function startImageServer(options: ServerOptions = {}): Promise<ImageServer> {
-  const server = options.tls ? createTlsServer(options.tls) : createServer();
+  const server = options.tls
+    ? options.h2
+      ? (createHttp2Server({ ...options.tls, allowHTTP1: true }) as unknown as Server)
+      : createTlsServer(options.tls)
+    : createServer();
   const s = new ImageServer(server, {
     ranges: options.ranges ?? true,
     etag: options.etag ?? true,
