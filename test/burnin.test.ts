@@ -81,21 +81,40 @@ describe('burn-in steps', () => {
       t.skip(`port ${NETWORK_PORT} (fio's net engine, as IPA's) is in use on this machine`);
     // The partner runs fio as another node's agent would (the agent's own arguments, the roles swapped).
     const plan = { role: 'writer' as const, partner: '127.0.0.1', runtimeS: 1 };
-    const writer = fioNetworkArgs(plan, true).join(' ');
+    const writer = fioNetworkArgs(plan, true);
     const reader = fioNetworkArgs(plan, false).join(' ');
-    // the partner: writes first (the agent reads), then reads (knocking until the agent's writer listens)
+    // fio's net engine gives each of its jobs a port of its own, from NETWORK_PORT up. A reader that starts
+    // while only some of the writer's jobs listen is served by those alone and the others wait for ever, so
+    // each side reads only once all the other side's ports listen (the agent's reader is started after the
+    // partner's writer listens; the partner's reader waits for the agent's writer the same way).
+    const jobs = Number(writer[writer.indexOf('--numjobs') + 1]);
+    const last = NETWORK_PORT + jobs - 1;
+    const countListening = `ss -Hltn | awk '{n = split($4, a, ":"); p = a[n]; if (p >= ${NETWORK_PORT} && p <= ${last}) c++} END {print c + 0}'`;
+    // the partner: writes first (the agent reads), then reads once the agent's writer listens
     const partner = execa(
       'sh',
       [
         '-c',
         [
-          `fio ${writer} >/dev/null || exit 1`,
-          `for i in $(seq 1 100); do fio ${reader} >/dev/null && exit 0; sleep 0.2; done; exit 2`,
+          `fio ${writer.join(' ')} >/dev/null || exit 1`,
+          `for i in $(seq 1 300); do [ "$(${countListening})" -ge ${jobs} ] && exec fio ${reader} >/dev/null; sleep 0.1; done; exit 2`,
         ].join('\n'),
       ],
-      { reject: false, timeout: 120_000 },
+      { reject: false, timeout: 120_000, detached: true },
     );
-    cleanups.push(async () => partner.kill());
+    // The shell's fio outlives the shell if only the shell is killed: the whole group goes.
+    cleanups.push(async () => {
+      try {
+        if (partner.pid !== undefined) process.kill(-partner.pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+      await partner;
+    });
+    for (let i = 0; Number((await execa('sh', ['-c', countListening])).stdout) < jobs; i++) {
+      if (i > 300) throw new Error(`the partner's fio writer did not listen on ports ${NETWORK_PORT}-${last}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
     const c = await agent('/dev/null');
     const r = await runCleanStep(
       c,
