@@ -2,12 +2,10 @@
 // two, fio's verified read/write on a loop device the test attaches and allow-lists (the only disk it may
 // touch), and fio's network pair over loopback with the test as the partner node.
 import { open } from 'node:fs/promises';
-import { createServer } from 'node:net';
-import { execa } from 'execa';
 import { afterEach, describe, expect, it } from 'vitest';
-import { fioNetworkArgs, NETWORK_PORT } from '../agent/burnin/fio.ts';
 import { AgentClient } from './helpers/agent-client.ts';
 import { runCleanStep } from './helpers/clean-step.ts';
+import { fioPortFree, NETWORK_PORT, startFioPartner } from './helpers/fio-partner.ts';
 import { startAgent } from './helpers/api-harness.ts';
 import { MiB, withLoops } from './helpers/loop.ts';
 
@@ -24,14 +22,6 @@ async function agent(allow: string): Promise<AgentClient> {
     () => c.close(),
   );
   return c;
-}
-
-async function portFree(port: number): Promise<boolean> {
-  return new Promise((res) => {
-    const s = createServer();
-    s.once('error', () => res(false));
-    s.listen(port, '127.0.0.1', () => s.close(() => res(true)));
-  });
 }
 
 describe('burn-in steps', () => {
@@ -77,44 +67,10 @@ describe('burn-in steps', () => {
   });
 
   it('burnin_network: a reader, then a writer, with the test as the partner over loopback', async (t) => {
-    if (!(await portFree(NETWORK_PORT)))
-      t.skip(`port ${NETWORK_PORT} (fio's net engine, as IPA's) is in use on this machine`);
-    // The partner runs fio as another node's agent would (the agent's own arguments, the roles swapped).
-    const plan = { role: 'writer' as const, partner: '127.0.0.1', runtimeS: 1 };
-    const writer = fioNetworkArgs(plan, true);
-    const reader = fioNetworkArgs(plan, false).join(' ');
-    // fio's net engine gives each of its jobs a port of its own, from NETWORK_PORT up. A reader that starts
-    // while only some of the writer's jobs listen is served by those alone and the others wait for ever, so
-    // each side reads only once all the other side's ports listen (the agent's reader is started after the
-    // partner's writer listens; the partner's reader waits for the agent's writer the same way).
-    const jobs = Number(writer[writer.indexOf('--numjobs') + 1]);
-    const last = NETWORK_PORT + jobs - 1;
-    const countListening = `ss -Hltn | awk '{n = split($4, a, ":"); p = a[n]; if (p >= ${NETWORK_PORT} && p <= ${last}) c++} END {print c + 0}'`;
-    // the partner: writes first (the agent reads), then reads once the agent's writer listens
-    const partner = execa(
-      'sh',
-      [
-        '-c',
-        [
-          `fio ${writer.join(' ')} >/dev/null || exit 1`,
-          `for i in $(seq 1 300); do [ "$(${countListening})" -ge ${jobs} ] && exec fio ${reader} >/dev/null; sleep 0.1; done; exit 2`,
-        ].join('\n'),
-      ],
-      { reject: false, timeout: 120_000, detached: true },
-    );
-    // The shell's fio outlives the shell if only the shell is killed: the whole group goes.
-    cleanups.push(async () => {
-      try {
-        if (partner.pid !== undefined) process.kill(-partner.pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-      await partner;
-    });
-    for (let i = 0; Number((await execa('sh', ['-c', countListening])).stdout) < jobs; i++) {
-      if (i > 300) throw new Error(`the partner's fio writer did not listen on ports ${NETWORK_PORT}-${last}`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    if (!(await fioPortFree())) t.skip(`port ${NETWORK_PORT} (fio's net engine, as IPA's) is in use on this machine`);
+    const partner = startFioPartner(120_000);
+    cleanups.push(() => partner.stop());
+    await partner.writerListening();
     const c = await agent('/dev/null');
     const r = await runCleanStep(
       c,
@@ -126,6 +82,6 @@ describe('burn-in steps', () => {
       },
     );
     expect(r.command_error).toBeNull();
-    expect((await partner).exitCode, 'the partner read what the agent wrote').toBe(0);
+    expect(await partner.exitCode(), 'the partner read what the agent wrote').toBe(0);
   });
 });

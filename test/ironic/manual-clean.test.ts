@@ -3,10 +3,9 @@
 // efibootmgr works on its efivars folder), burnin_cpu/burnin_memory (stress-ng, seconds), burnin_disk (fio on
 // the node's loop disk, the agent's only allow-listed device) and burnin_network (fio over loopback with the test
 // as the partner node). Settings come from driver_info as in IPA. One conductor, one agent.
-import { createServer } from 'node:net';
-import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fakeFirmware, type FakeFirmware } from '../helpers/fake-firmware.ts';
+import { fioPortFree, NETWORK_PORT, startFioPartner } from '../helpers/fio-partner.ts';
 import { cleanStepsRun } from './support/agent-history.ts';
 import { firstNonZero } from './support/disk-checks.ts';
 import { ironicKind } from './support/ironic.ts';
@@ -15,7 +14,6 @@ import { createRig, DISK_BYTES, waitForHeartbeat, type Rig } from './support/rig
 import { StepChain } from './support/step-chain.ts';
 
 const S = 'manual-clean';
-const FIO_PORT = 9000;
 let rig: Rig;
 let fw: FakeFirmware;
 const chain = new StepChain();
@@ -25,14 +23,6 @@ const step = (name: string, args?: Record<string, unknown>) => ({
   step: name,
   ...(args ? { args } : {}),
 });
-
-async function portFree(port: number): Promise<boolean> {
-  return new Promise((res) => {
-    const s = createServer();
-    s.once('error', () => res(false));
-    s.listen(port, '127.0.0.1', () => s.close(() => res(true)));
-  });
-}
 
 beforeAll(async () => {
   fw = await fakeFirmware({
@@ -96,7 +86,7 @@ describe(`manual cleaning runs the catalogue's remaining steps by name (Ironic $
     }));
 
   it('M2. burnin_network with the test as the partner node (loopback) -> manageable', async (t) => {
-    if (!(await portFree(FIO_PORT))) t.skip(`port ${FIO_PORT} (fio's net engine, as IPA's) is in use on this machine`);
+    if (!(await fioPortFree())) t.skip(`port ${NETWORK_PORT} (fio's net engine, as IPA's) is in use on this machine`);
     await chain.step('M2', async () => {
       const config = JSON.stringify({ role: 'reader', partner: '127.0.0.1' });
       await rig.bm.run([
@@ -108,20 +98,9 @@ describe(`manual cleaning runs the catalogue's remaining steps by name (Ironic $
         '--driver-info',
         'agent_burnin_fio_network_runtime=1',
       ]);
-      const common = `--ioengine net --port ${FIO_PORT} --fill_device 1 --group_reporting --gtod_reduce 1 --numjobs 16`;
-      // the partner writes first (the agent reads), then reads, knocking until the agent's writer listens
-      const partner = execa(
-        'sh',
-        [
-          '-c',
-          [
-            `fio ${common} --name writer --rw write --runtime 1 --time_based --listen >/dev/null || exit 1`,
-            `for i in $(seq 1 300); do fio ${common} --name reader --rw read --hostname 127.0.0.1 >/dev/null && exit 0; sleep 0.2; done; exit 2`,
-          ].join('\n'),
-        ],
-        { reject: false, timeout: 240_000 },
-      );
+      const partner = startFioPartner(240_000);
       try {
+        await partner.writerListening();
         const node = await phase(S, 'clean (burnin_network)', () =>
           rig.drive('clean', ['--clean-steps', JSON.stringify([step('burnin_network')])], 'manageable'),
         );
@@ -130,10 +109,10 @@ describe(`manual cleaning runs the catalogue's remaining steps by name (Ironic $
         // writer listens until a reader has taken its run, so its pass says the partner read: the partner's reader
         // may still exit non-zero (fio's net reader sometimes reports the writer's hang-up as an error, seen once
         // on sid under load), which is not the agent's doing.
-        expect((await partner).exitCode, 'the partner wrote what the agent read').not.toBe(1);
+        expect(await partner.exitCode(), 'the partner wrote what the agent read').not.toBe(1);
         expect(await rig.agent.log()).toMatch(/burn-in \(network\) passed/);
       } finally {
-        partner.kill();
+        await partner.stop();
       }
     });
   });
