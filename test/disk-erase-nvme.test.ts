@@ -1,7 +1,7 @@
 // NVMe secure erase with a fake nvme-cli on PATH (recorded id-ctrl fields, a format that zeroes the test's
 // loop device, does nothing, or fails): which Secure Erase Setting is chosen, what is refused, and how the
 // read-back and the node's continue setting judge a format that left the data in place.
-import { open, readFile, writeFile } from 'node:fs/promises';
+import { open, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { BlockDevice } from '../agent/disk/block-devices.ts';
@@ -14,12 +14,21 @@ import { DeviceGuard } from '../agent/safety/device-guard.ts';
 import { installFakes, type FakeTools } from './helpers/fake-tools.ts';
 import { FAKE_NVME } from './helpers/fake-nvme.ts';
 import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
+import { buildTree, type TreeSpec } from './helpers/sys-tree.ts';
 
 let fakes: FakeTools | undefined;
+const trees: string[] = [];
 afterEach(async () => {
   await fakes?.close();
   fakes = undefined;
+  await Promise.all(trees.splice(0).map((t) => rm(t, { recursive: true, force: true })));
 });
+
+async function sysTree(spec: TreeSpec): Promise<string> {
+  const root = await buildTree(spec);
+  trees.push(root);
+  return root;
+}
 
 /** id-ctrl fields as nvme-cli 2.x prints them (a real controller prints ~100 more). */
 async function controller(
@@ -74,6 +83,73 @@ describe('nvme format', () => {
     await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', opts)).rejects.toThrow(
       /Failed to nvme format device \/dev\/fake-nvme0n1: .*INVALID_FORMAT/,
     );
+  });
+
+  describe('when FNA says the format reaches every namespace of the NVM subsystem', () => {
+    const nqn = 'nqn.2019-08.org.qemu:E2ENVME0\n';
+    // One controller, two namespaces: /sys/block/<ns>/device is the controller.
+    const oneController = () =>
+      sysTree({
+        'class/nvme/nvme0/subsysnqn': nqn,
+        'class/nvme/nvme0/nvme0n1/size': '2048\n',
+        'class/nvme/nvme0/nvme0n2/size': '2048\n',
+        'block/nvme0n1': { link: '../class/nvme/nvme0/nvme0n1' },
+        'block/nvme0n2': { link: '../class/nvme/nvme0/nvme0n2' },
+        'class/nvme/nvme0/nvme0n1/device': { link: '../../nvme0' },
+        'class/nvme/nvme0/nvme0n2/device': { link: '../../nvme0' },
+      });
+    // Native multipath, two controllers of one subsystem: the controllers hold paths (nvme0c0n1, nvme0c1n2),
+    // the subsystem holds the heads, and /sys/block/<head>/device is the subsystem.
+    const multipath = () =>
+      sysTree({
+        'class/nvme/nvme0/subsysnqn': nqn,
+        'class/nvme/nvme0/nvme0c0n1/size': '2048\n',
+        'class/nvme/nvme1/subsysnqn': nqn,
+        'class/nvme/nvme1/nvme0c1n2/size': '2048\n',
+        'class/nvme/nvme2/subsysnqn': 'nqn.2019-08.org.qemu:OTHER\n',
+        'class/nvme/nvme2/nvme1n1/size': '2048\n',
+        'class/nvme-subsystem/nvme-subsys0/subsysnqn': nqn,
+        'class/nvme-subsystem/nvme-subsys0/nvme0n1/size': '2048\n',
+        'class/nvme-subsystem/nvme-subsys0/nvme0n1/device': { link: '../../nvme-subsys0' },
+        'block/nvme0n1': { link: '../class/nvme-subsystem/nvme-subsys0/nvme0n1' },
+      });
+
+    it('refuses when another namespace of the controller is not erased (FNA bit 1: secure erase), and formats nothing', async () => {
+      const f = await controller({ oacs: 2, fna: 0x6 });
+      const sys = await oneController();
+      await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', { ...opts, sys })).rejects.toThrow(
+        'Formatting /dev/fake-nvme0n1 would erase every namespace of its NVM subsystem (FNA 6), including /dev/nvme0n2, which this step does not erase',
+      );
+      expect((await f.calls('nvme')).map((c) => c[0])).toEqual(['id-ctrl']);
+    });
+
+    it('formats when this step erases every namespace (FNA bit 0)', async () => {
+      const f = await controller({ oacs: 2, fna: 0x1 });
+      const sys = await oneController();
+      const both = { ...opts, sys, erasing: new Set(['nvme0n1', 'nvme0n2']) };
+      expect(await nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', both)).toBe('nvme user-data erase');
+      expect((await f.calls('nvme'))[1]).toEqual(['format', '/dev/fake-nvme0n1', '-s', '1', '-f']);
+    });
+
+    it('counts the namespaces of every controller of the subsystem under native multipath, and only those', async () => {
+      const f = await controller({ oacs: 2, fna: 0x7 });
+      const sys = await multipath();
+      await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', { ...opts, sys })).rejects.toThrow(
+        'including /dev/nvme0n2, which this step does not erase',
+      );
+      const both = { ...opts, sys, erasing: new Set(['nvme0n1', 'nvme0n2']) };
+      expect(await nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', both)).toBe('nvme crypto erase');
+      expect((await f.calls('nvme')).filter((c) => c[0] === 'format').length).toBe(1);
+    });
+
+    it('refuses when sysfs does not say which namespaces share the subsystem', async () => {
+      const f = await controller({ oacs: 2, fna: 0x1 });
+      const sys = await sysTree({ 'class/nvme/nvme0/nvme0n1/size': '2048\n' });
+      await expect(nvmeSecureErase('/dev/fake-nvme0n1', 'nvme0n1', { ...opts, sys })).rejects.toThrow(
+        'and sysfs does not say which namespaces those are',
+      );
+      expect((await f.calls('nvme')).map((c) => c[0])).toEqual(['id-ctrl']);
+    });
   });
 
   it('never formats a partition node', async () => {

@@ -1,10 +1,12 @@
 // NVMe secure erase with Format NVM, as IPA does it: `nvme id-ctrl -o json`; the controller must support
 // Format (OACS bit 1); crypto erase (SES 2) when FNA bit 2 says the controller can, else user-data erase
-// (SES 1). Beyond IPA: only a namespace node is formatted (never a partition), and when FNA bit 0 says a
-// format covers every namespace of the controller, every other namespace must be one we erase too.
-import { readdir } from 'node:fs/promises';
+// (SES 1). Beyond IPA: only a namespace node is formatted (never a partition), and when FNA says the format
+// or its secure erase reaches every namespace (bit 0, bit 1: the NVM subsystem's, not only the controller's),
+// every other namespace there must be one we erase too. When sysfs cannot say which namespaces those are, the
+// format is refused rather than assumed to stay inside.
 import { BlockDeviceEraseError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
+import { listSys, readSys } from '../host/sysfs.ts';
 import type { Logger } from '../log.ts';
 
 export interface NvmeController {
@@ -39,31 +41,59 @@ export async function identifyController(disk: string, log?: Logger): Promise<Nv
   return { oacs: num('oacs'), fna: num('fna'), sanicap: num('sanicap') };
 }
 
-/** The controller's namespaces' kernel names, from /sys/class/nvme/<ctrl>/. */
-async function namespaces(ctrl: string): Promise<string[]> {
-  const entries = await readdir(`/sys/class/nvme/${ctrl}`).catch(() => [] as string[]);
-  return entries.filter((e) => /^nvme\d+n\d+$/.test(e));
+/**
+ * Kernel names of every namespace in the NVM subsystem `name` belongs to: those under each of its controllers
+ * (`nvme0n1`; `nvme0c1n1` is a path of the multipath head `nvme0n1`) and the heads under the subsystem itself.
+ * The subsystem is the one `/sys/block/<name>/device` names (a controller, or with native multipath the
+ * subsystem), matched by its NQN.
+ */
+async function subsystemNamespaces(name: string, sys: string): Promise<Set<string>> {
+  const nqn = await readSys(`${sys}/block/${name}/device/subsysnqn`);
+  const found = new Set<string>();
+  if (!nqn) return found;
+  const add = (entries: string[]) => {
+    for (const e of entries) {
+      const path = /^nvme(\d+)c\d+n(\d+)$/.exec(e);
+      if (path) found.add(`nvme${path[1]}n${path[2]}`);
+      else if (/^nvme\d+n\d+$/.test(e)) found.add(e);
+    }
+  };
+  for (const cls of ['nvme', 'nvme-subsystem']) {
+    for (const dev of await listSys(`${sys}/class/${cls}`)) {
+      if ((await readSys(`${sys}/class/${cls}/${dev}/subsysnqn`)) === nqn)
+        add(await listSys(`${sys}/class/${cls}/${dev}`));
+    }
+  }
+  return found;
 }
 
 export interface NvmeOptions {
   log?: Logger;
   /** Kernel names of every disk this step erases (a format of all namespaces must stay inside them). */
   erasing: ReadonlySet<string>;
+  /** Where sysfs is (tests give a tree of their own). */
+  sys?: string;
 }
 
 export async function nvmeSecureErase(disk: string, name: string, opts: NvmeOptions): Promise<NvmeMethod> {
   const log = opts.log;
-  const ctrl = nvmeController(name);
-  if (!ctrl) throw new BlockDeviceEraseError(`${disk} is not an NVMe namespace; only whole namespaces are formatted`);
+  if (!nvmeController(name))
+    throw new BlockDeviceEraseError(`${disk} is not an NVMe namespace; only whole namespaces are formatted`);
   const id = await identifyController(disk, log);
   if ((id.oacs & 0b10) === 0)
     throw new BlockDeviceEraseError(`nvme-cli did not return any supported format modes for device: ${disk}`);
   const crypto = (id.fna & 0b100) !== 0;
-  if ((id.fna & 0b1) !== 0) {
-    const others = (await namespaces(ctrl)).filter((ns) => ns !== name && !opts.erasing.has(ns));
+  if ((id.fna & 0b11) !== 0) {
+    const all = await subsystemNamespaces(name, opts.sys ?? '/sys');
+    if (!all.has(name)) {
+      throw new BlockDeviceEraseError(
+        `Formatting ${disk} would erase every namespace of its NVM subsystem (FNA ${id.fna}), and sysfs does not say which namespaces those are`,
+      );
+    }
+    const others = [...all].filter((ns) => ns !== name && !opts.erasing.has(ns)).sort();
     if (others.length > 0) {
       throw new BlockDeviceEraseError(
-        `Formatting ${disk} would erase every namespace of ${ctrl} (FNA bit 0), including ${others.map((n) => `/dev/${n}`).join(', ')}, which this step does not erase`,
+        `Formatting ${disk} would erase every namespace of its NVM subsystem (FNA ${id.fna}), including ${others.map((n) => `/dev/${n}`).join(', ')}, which this step does not erase`,
       );
     }
   }
