@@ -1,8 +1,8 @@
 // image.install_bootloader for whole-disk images, and the ESP loader discovery it relies on (mtools on a
-// real FAT ESP on a loop device). Registering entries needs a UEFI-booted host; this machine is not one,
-// and on one the test would change the host's firmware, so that path is checked only as "not needed".
-import { existsSync } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+// real FAT ESP on a loop device). Boot entries are registered by the real efibootmgr in a fake firmware root
+// (--ina-firmware-root, test/helpers/fake-firmware.ts); without one, outside the ramdisk, the host's firmware
+// is left alone.
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -11,6 +11,7 @@ import { chooseLoaders, findEfiLoaders, parseBootCsv } from '../agent/disk/efi-l
 import { firmwarePath } from '../agent/disk/efi-boot.ts';
 import { AgentClient } from './helpers/agent-client.ts';
 import { startAgent } from './helpers/api-harness.ts';
+import { fakeFirmware } from './helpers/fake-firmware.ts';
 import { GiB, MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
 
 const env = { MTOOLS_SKIP_CHECK: '1' };
@@ -90,14 +91,11 @@ describe('EFI loader discovery', () => {
 });
 
 describe('image.install_bootloader', () => {
-  const uefiHost = existsSync('/sys/firmware/efi');
-  if (uefiHost)
-    console.warn(
-      'install_bootloader BIOS-ramdisk test skipped: this host booted UEFI, and the UEFI path would write its firmware boot entries',
-    );
-
-  async function install(d: LoopDevice, params: Record<string, unknown>) {
-    const running = await startAgent({ 'device-allowlist': d.path });
+  async function install(d: LoopDevice, params: Record<string, unknown>, firmwareRoot?: string) {
+    const running = await startAgent({
+      'device-allowlist': d.path,
+      ...(firmwareRoot ? { 'ina-firmware-root': firmwareRoot } : {}),
+    });
     const client = new AgentClient({ url: running.url, pollIntervalMs: 100 });
     try {
       return await client.command('image.install_bootloader', params, { poll: true });
@@ -108,25 +106,68 @@ describe('image.install_bootloader', () => {
   }
 
   const result = (r: { command_result: unknown }) => (r.command_result as { result: string }).result;
+  const uefi = {
+    root_uuid: '0x00000000',
+    efi_system_part_uuid: null,
+    prep_boot_part_uuid: null,
+    target_boot_mode: 'uefi',
+  };
 
-  it.skipIf(uefiHost)(
-    'succeeds without registering when the ramdisk did not boot in UEFI mode (this host booted BIOS)',
-    async () => {
+  it("registers the ESP's loaders in the firmware's boot entries (the real efibootmgr, a fake firmware root)", async () => {
+    const fw = await fakeFirmware({ entries: [{ num: '0001', label: 'UEFI PXEv4' }] });
+    try {
+      await withLoops([5 * GiB], async ([d]) => {
+        await makeEsp(d!, {
+          'EFI/debian/shimx64.efi': 'shim',
+          'EFI/debian/BOOTX64.CSV': csv('shimx64.efi,debian,,This is the boot entry for debian\n'),
+        });
+        const r = await install(d!, uefi, fw.root);
+        expect(r.command_status).toBe('SUCCEEDED');
+        expect(result(r)).toBe(
+          `install_bootloader: boot entries on ${d!.path} partition 1: debian (\\EFI\\debian\\shimx64.efi) registered`,
+        );
+        expect(await fw.bootEntries()).toEqual(['0000', '0001']);
+        const listing = await execa('efibootmgr', ['-v'], {
+          env: { EFIVARFS_PATH: `${fw.efivars}/` },
+        });
+        expect(listing.stdout).toMatch(/Boot0000\* debian\s+HD\(1,GPT,.*\\EFI\\debian\\shimx64\.efi/i);
+        // A second run finds the entry and adds none.
+        const again = await install(d!, uefi, fw.root);
+        expect(result(again)).toContain('debian (\\EFI\\debian\\shimx64.efi) already registered');
+        expect(await fw.bootEntries()).toEqual(['0000', '0001']);
+      });
+    } finally {
+      await fw.close();
+    }
+  });
+
+  it("leaves the host's firmware alone outside the ramdisk (no firmware root)", async () => {
+    await withLoops([5 * GiB], async ([d]) => {
+      await makeEsp(d!, { 'EFI/debian/shimx64.efi': 'shim' });
+      const r = await install(d!, uefi);
+      expect(r.command_status).toBe('SUCCEEDED');
+      expect(result(r)).toBe(
+        `install_bootloader: nothing registered: outside the ramdisk (--host-actions=simulated, no --ina-firmware-root) the host's firmware boot entries are left alone; the firmware finds the loader on ${d!.path}p1 itself`,
+      );
+    });
+  });
+
+  it('succeeds without registering when the ramdisk did not boot in UEFI mode', async () => {
+    const root = await mkdtemp(join(tmpdir(), 'ina-bios-firmware-'));
+    try {
+      await mkdir(join(root, 'sys', 'firmware'), { recursive: true });
       await withLoops([5 * GiB], async ([d]) => {
         await makeEsp(d!, { 'EFI/debian/shimx64.efi': 'shim' });
-        const r = await install(d!, {
-          root_uuid: '0x00000000',
-          efi_system_part_uuid: null,
-          prep_boot_part_uuid: null,
-          target_boot_mode: 'uefi',
-        });
+        const r = await install(d!, uefi, root);
         expect(r.command_status).toBe('SUCCEEDED');
         expect(result(r)).toMatch(
           new RegExp(`^install_bootloader: nothing registered: the ramdisk did not boot in UEFI mode.*${d!.path}p1`),
         );
       });
-    },
-  );
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
 
   it('says there is nothing to do for a disk without an ESP', async () => {
     await withLoops([5 * GiB], async ([d]) => {

@@ -47,9 +47,14 @@ export function parseBootEntries(text: string): BootEntry[] {
   return out;
 }
 
+/** efibootmgr's environment for a firmware root: the host's efivars under `/`, else the root's own. */
+export function efibootmgrEnv(root: string): Record<string, string> | undefined {
+  return root === '/' ? undefined : { EFIVARFS_PATH: `${join(root, 'sys', 'firmware', 'efi', 'efivars')}/` };
+}
+
 /** Removes the matching entries; returns them. `root` is `/` (the host's firmware) or a test's fake root. */
 export async function cleanUefiNvram(root: string, patterns: readonly RegExp[], log: Logger): Promise<BootEntry[]> {
-  const env = root === '/' ? undefined : { EFIVARFS_PATH: `${join(root, 'sys', 'firmware', 'efi', 'efivars')}/` };
+  const env = efibootmgrEnv(root);
   const entries = parseBootEntries((await run('efibootmgr', ['-v'], { log, env })).stdout);
   const doomed = entries.filter((e) => patterns.some((p) => p.test(e.path)));
   for (const e of doomed) {

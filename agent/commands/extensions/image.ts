@@ -1,7 +1,9 @@
 // image: install_bootloader for whole-disk images. The image brings its own boot loader; in UEFI mode
 // the agent registers it with the firmware when it can (ramdisk booted in UEFI mode, efibootmgr present),
-// and otherwise succeeds saying why nothing was needed.
+// and otherwise succeeds saying why nothing was needed. Outside the ramdisk the firmware is a test's fake
+// root (--ina-firmware-root) or left alone: never the host's boot entries.
 import { access } from 'node:fs/promises';
+import { join } from 'node:path';
 import { optBool, optString } from '../params.ts';
 import { command, type Extension } from '../types.ts';
 import { errorText } from '../../errors.ts';
@@ -19,8 +21,8 @@ interface BootloaderParams {
   ignoreFailure?: boolean;
 }
 
-async function ramdiskBootedUefi(): Promise<boolean> {
-  return access('/sys/firmware/efi').then(
+async function bootedUefi(firmwareRoot: string): Promise<boolean> {
+  return access(join(firmwareRoot, 'sys', 'firmware', 'efi')).then(
     () => true,
     () => false,
   );
@@ -45,14 +47,18 @@ async function installWholeDisk(p: BootloaderParams, services: AgentServices): P
   const esp = await espOf(services, disk, p.espUuid);
   if (!esp)
     return `nothing to do: ${disk} has no EFI system partition${p.espUuid ? ` with UUID ${p.espUuid}` : ''}; the image's firmware setup is used as is`;
-  if (!(await ramdiskBootedUefi())) {
+  const root = services.config.firmwareRoot;
+  if (!root) {
+    return `nothing registered: outside the ramdisk (--host-actions=simulated, no --ina-firmware-root) the host's firmware boot entries are left alone; the firmware finds the loader on ${esp.path} itself`;
+  }
+  if (!(await bootedUefi(root))) {
     return `nothing registered: the ramdisk did not boot in UEFI mode, so firmware boot entries cannot be written; the firmware finds the loader on ${esp.path} itself`;
   }
   if (!(await hasTool('efibootmgr')))
     return `nothing registered: efibootmgr is not available; the firmware finds the loader on ${esp.path} itself`;
   const loaders = await findEfiLoaders(esp.path, services.log);
   if (loaders.length === 0) return `nothing registered: no UEFI boot loader found on ${esp.path}`;
-  const done = await registerBootEntries(disk, esp.number, loaders, services.log);
+  const done = await registerBootEntries(disk, esp.number, loaders, root, services.log);
   return `boot entries on ${disk} partition ${esp.number}: ${done.join('; ')}`;
 }
 
