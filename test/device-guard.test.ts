@@ -1,6 +1,7 @@
 // The device guard against real block devices: the machine's root disk, and loop devices this test
 // attaches (one of them mounted).
-import { mkdir, mkdtemp, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { mkdir, mkdtemp, open, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -106,6 +107,51 @@ describe('device guard', () => {
       }
     }));
 
+  it('refuses every device when the mount table cannot be read', () =>
+    withLoops([8 * MiB], async ([loop]) => {
+      const guard = new DeviceGuard([loop!.path], {
+        mountinfo: '/nonexistent/mountinfo',
+        swaps: '/proc/swaps',
+        sysClassBlock: '/sys/class/block',
+        sysDevBlock: '/sys/dev/block',
+      });
+      expect(await guard.verdict(loop!.path)).toEqual({
+        ok: false,
+        reason: 'whether it is in use cannot be told: the mount table (/nonexistent/mountinfo) cannot be read',
+      });
+    }));
+
+  it('refuses a device the kernel holds for exclusive use, which no mount table shows', () =>
+    withLoops([16 * MiB], async ([loop]) => {
+      const guard = new DeviceGuard([loop!.path]);
+      const busy =
+        'it is held for exclusive use by the kernel (mounted, or part of RAID, LVM, swap or a multi-device filesystem)';
+      // Another exclusive user (as md, LVM or a filesystem spanning devices claims its members).
+      const holder = await open(loop!.path, constants.O_RDONLY | constants.O_EXCL);
+      try {
+        expect(await guard.verdict(loop!.path)).toEqual({ ok: false, reason: busy });
+      } finally {
+        await holder.close();
+      }
+      expect(await guard.verdict(loop!.path)).toEqual({ ok: true });
+      // A filesystem unmounted lazily while a file on it is open: gone from mountinfo, still on the device.
+      await execa('mkfs.ext4', ['-q', '-F', loop!.path]);
+      const dir = await mkdtemp(join(tmpdir(), 'ina-mnt-'));
+      await execa('mount', [loop!.path, dir]);
+      const open_ = await open(join(dir, 'busy'), 'w');
+      try {
+        await execa('umount', ['-l', dir]);
+        expect(await guard.verdict(loop!.path)).toEqual({ ok: false, reason: busy });
+      } finally {
+        await open_.close();
+        await execa('umount', [dir], { reject: false });
+        await rm(dir, { recursive: true, force: true });
+      }
+      for (let i = 0; (await guard.verdict(loop!.path)).ok === false && i < 50; i++)
+        await new Promise((r) => setTimeout(r, 100));
+      expect(await guard.verdict(loop!.path)).toEqual({ ok: true });
+    }));
+
   describe('loop devices stacked on other block devices (the kernel lists them in neither holders nor slaves)', () => {
     /** A loop device onto `backing` for the test body, detached afterwards whatever happens. */
     async function withStacked<T>(backing: string, body: (dev: string) => Promise<T>): Promise<T> {
@@ -148,6 +194,17 @@ describe('device guard', () => {
             });
           });
           expect(await guard.verdict(under!.path)).toEqual({ ok: true });
+        }),
+      ));
+
+    it('with an allow-list, a loop onto a block device only when that device is allowed too', () =>
+      withLoops([16 * MiB], async ([under]) =>
+        withStacked(under!.path, async (over) => {
+          expect(await new DeviceGuard([over]).verdict(over)).toEqual({
+            ok: false,
+            reason: `it is a loop device onto ${under!.path.slice(5)}, which is not on the device allow-list`,
+          });
+          expect(await new DeviceGuard([over, under!.path]).verdict(over)).toEqual({ ok: true });
         }),
       ));
 

@@ -4,7 +4,12 @@
 // allow-list is configured and neither it nor its parent disk is on it. The kernel lists dm and md in
 // `slaves`, but not loops: a loop's backing file is read from sysfs, and both directions are refused —
 // the device holding a used loop's backing file, and a loop whose backing file is a protected device.
-import { readlink, realpath, stat } from 'node:fs/promises';
+// With an allow-list, a loop onto a block device is allowed only if that device is allowed too.
+// Last, the kernel is asked: an exclusive open fails with EBUSY while anything claims the device (a
+// filesystem, also one spanning several devices or unmounted lazily but still busy, RAID, LVM, swap). What
+// cannot be read (the mount table, the device) refuses rather than allows.
+import { constants } from 'node:fs';
+import { open, readlink, realpath, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { ProtectedDeviceError } from '../errors.ts';
 import { run } from '../exec.ts';
@@ -79,7 +84,9 @@ export class DeviceGuard {
   /** Block devices that are in use right now: mounted filesystems and active swap. */
   private async inUse(): Promise<Map<string, string>> {
     const used = new Map<string, string>();
-    for (const line of ((await readSys(this.paths.mountinfo)) ?? '').split('\n')) {
+    const mounts = await readSys(this.paths.mountinfo);
+    if (mounts === null) throw new ProtectedDeviceError(`the mount table (${this.paths.mountinfo}) cannot be read`);
+    for (const line of mounts.split('\n')) {
       const fields = line.split(' ');
       if (fields.length < 5) continue;
       const sep = fields.indexOf('-');
@@ -181,14 +188,36 @@ export class DeviceGuard {
     return out;
   }
 
-  private async allowed(name: string): Promise<boolean> {
-    if (!this.allowlist) return true;
+  /** Null when the allow-list lets `name` be written, else why not. */
+  private async notAllowed(name: string, seen = new Set<string>()): Promise<string | null> {
+    if (!this.allowlist) return null;
     const disk = await this.parentDisk(name);
+    let listed = false;
     for (const entry of this.allowlist) {
       const allowedName = await this.kernelName(entry).catch(() => null);
-      if (allowedName === name || allowedName === disk) return true;
+      if (allowedName === name || allowedName === disk) listed = true;
     }
-    return false;
+    if (!listed) return 'not on the device allow-list';
+    // Writing a loop onto a block device writes that device.
+    const loop = (await this.loops()).get(disk);
+    if (!loop || loop.file || seen.has(disk)) return null;
+    seen.add(disk);
+    const below = await this.notAllowed(loop.device, seen);
+    return below && `a loop device onto ${loop.device}, which is ${below}`;
+  }
+
+  /** Null when nothing holds the device for exclusive use, else what the kernel said. */
+  private async claimed(devPath: string): Promise<string | null> {
+    try {
+      const fh = await open(devPath, constants.O_RDONLY | constants.O_EXCL | constants.O_NONBLOCK);
+      await fh.close();
+      return null;
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'EBUSY')
+        return 'held for exclusive use by the kernel (mounted, or part of RAID, LVM, swap or a multi-device filesystem)';
+      return `cannot be opened (${code ?? (err as Error).message})`;
+    }
   }
 
   async verdict(devPath: string): Promise<GuardVerdict> {
@@ -198,9 +227,17 @@ export class DeviceGuard {
     } catch (err) {
       return { ok: false, reason: (err as Error).message.replace(`${devPath}: `, '') };
     }
-    if (!(await this.allowed(name))) return { ok: false, reason: 'it is not on the device allow-list' };
-    const reason = (await this.protectedSet()).get(name);
+    const notAllowed = await this.notAllowed(name);
+    if (notAllowed) return { ok: false, reason: `it is ${notAllowed}` };
+    let reason: string | undefined;
+    try {
+      reason = (await this.protectedSet()).get(name);
+    } catch (err) {
+      return { ok: false, reason: `whether it is in use cannot be told: ${(err as Error).message}` };
+    }
     if (reason) return { ok: false, reason: `it ${reason}` };
+    const claim = await this.claimed(devPath);
+    if (claim) return { ok: false, reason: `it is ${claim}` };
     return { ok: true };
   }
 
