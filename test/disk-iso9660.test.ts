@@ -56,9 +56,59 @@ describe('readIsoFiles', () => {
     expect(asMap(readIsoFiles(await iso(['-iso-level', '4'], files)))).toEqual(expected(files));
   });
 
+  it('refuses a directory tree whose records lead to one directory twice', () => {
+    // 17 levels of directories, each level's records both naming the next level: 2^16 paths from 70 KiB (and
+    // with more records per level, more paths than memory holds).
+    expect(() => readIsoFiles(craftedIso({ levels: 16, fanOut: 2 }))).toThrow(
+      /^config drive ISO9660 image is malformed: the directory at sector \d+ is reached twice$/,
+    );
+  });
+
+  it('refuses files that add up to more than a config drive holds (records sharing one extent)', () => {
+    const image = craftedIso({ levels: 0, fanOut: 0, files: 40, fileBytes: 2 * 1024 * 1024 });
+    expect(() => readIsoFiles(image)).toThrow(/its files hold more than 67108864 bytes/);
+    expect(readIsoFiles(craftedIso({ levels: 0, fanOut: 0, files: 3, fileBytes: 2 * 1024 * 1024 }))).toHaveLength(3);
+  });
+
   it('refuses a truncated image with InvalidImage', async () => {
     const image = await iso(['-J', '-r']);
     expect(() => readIsoFiles(image.subarray(0, 17 * 2048 + 100))).toThrow(InvalidImage);
     expect(() => readIsoFiles(Buffer.alloc(40000))).toThrow(InvalidImage);
   });
 });
+
+/**
+ * A hand-made ISO9660 image (no Rock Ridge, no Joliet): a root, then `levels` directories each holding `fanOut`
+ * records that all name the next one, then `files` records that all name one extent of `fileBytes`.
+ */
+function craftedIso(o: { levels: number; fanOut: number; files?: number; fileBytes?: number }): Buffer {
+  const S = 2048;
+  const first = 18;
+  const fileSector = first + o.levels + 1;
+  const fileBytes = o.fileBytes ?? 4;
+  const iso = Buffer.alloc(S * fileSector + fileBytes);
+  const record = (at: number, extent: number, size: number, dir: boolean, name: string): number => {
+    const n = Buffer.from(name, 'latin1');
+    const length = 33 + n.length + (n.length % 2 === 0 ? 1 : 0);
+    iso[at] = length;
+    iso.writeUInt32LE(extent, at + 2);
+    iso.writeUInt32LE(size, at + 10);
+    iso[at + 25] = dir ? 2 : 0;
+    iso[at + 32] = n.length;
+    n.copy(iso, at + 33);
+    return length;
+  };
+  iso[16 * S] = 1;
+  iso.write('CD001', 16 * S + 1, 'latin1');
+  iso[17 * S] = 255;
+  iso.write('CD001', 17 * S + 1, 'latin1');
+  record(16 * S + 156, first, S, true, '\0');
+  for (let level = 0; level <= o.levels; level++) {
+    let at = (first + level) * S;
+    at += record(at, first + level, S, true, '\0');
+    at += record(at, first + level, S, true, '\x01');
+    if (level < o.levels) for (let i = 0; i < o.fanOut; i++) at += record(at, first + level + 1, S, true, `D${i}`);
+    else for (let i = 0; i < (o.files ?? 1); i++) at += record(at, fileSector, fileBytes, false, `F${i};1`);
+  }
+  return iso;
+}

@@ -84,15 +84,33 @@ function plainName(raw: Buffer, joliet: boolean): string {
   return text.replace(/;\d+$/, '').replace(/\.$/, '');
 }
 
-function walk(iso: Buffer, dir: DirRecord, prefix: string, joliet: boolean, out: IsoFile[], depth: number): void {
+/** What one walk may yield: a config drive is at most 64 MiB (IPA's limit), of a few dozen files. */
+const MAX_FILE_BYTES = 64 * 1024 * 1024;
+
+interface Walk {
+  iso: Buffer;
+  joliet: boolean;
+  out: IsoFile[];
+  /** Directory extents already walked: records that lead to one twice would multiply the tree. */
+  dirs: Set<number>;
+  bytes: number;
+}
+
+function walk(w: Walk, dir: DirRecord, prefix: string, depth: number): void {
   if (depth > 16) throw bad('directories nest deeper than 16 levels');
-  for (const r of readDirectory(iso, dir)) {
-    const name = (!joliet && rockRidgeName(r.systemUse)) || plainName(r.rawName, joliet);
+  if (w.dirs.has(dir.extent)) throw bad(`the directory at sector ${dir.extent} is reached twice`);
+  w.dirs.add(dir.extent);
+  for (const r of readDirectory(w.iso, dir)) {
+    const name = (!w.joliet && rockRidgeName(r.systemUse)) || plainName(r.rawName, w.joliet);
     if (name === '' || name === '.' || name === '..' || name.includes('/'))
       throw bad(`unusable file name ${JSON.stringify(name)}`);
     const path = prefix ? `${prefix}/${name}` : name;
-    if (r.isDir) walk(iso, r, path, joliet, out, depth + 1);
-    else out.push({ path, data: slice(iso, r.extent * SECTOR, r.size) });
+    if (r.isDir) walk(w, r, path, depth + 1);
+    else {
+      w.bytes += r.size;
+      if (w.bytes > MAX_FILE_BYTES) throw bad(`its files hold more than ${MAX_FILE_BYTES} bytes`);
+      w.out.push({ path, data: slice(w.iso, r.extent * SECTOR, r.size) });
+    }
   }
 }
 
@@ -113,10 +131,10 @@ export function readIsoFiles(iso: Buffer): IsoFile[] {
     if (type === 2 && /^%\/[@CE]/.test(iso.toString('latin1', at + 88, at + 91))) joliet = at;
   }
   if (pvd === null) throw bad('no primary volume descriptor');
-  const out: IsoFile[] = [];
   const root = rootOf(iso, pvd);
   const hasRockRidge = readDirectory(iso, root).some((r) => rockRidgeName(r.systemUse) !== null);
-  if (hasRockRidge || joliet === null) walk(iso, root, '', false, out, 0);
-  else walk(iso, rootOf(iso, joliet), '', true, out, 0);
-  return out;
+  const jolietAt = hasRockRidge ? null : joliet;
+  const w: Walk = { iso, joliet: jolietAt !== null, out: [], dirs: new Set(), bytes: 0 };
+  walk(w, jolietAt !== null ? rootOf(iso, jolietAt) : root, '', 0);
+  return w.out;
 }
