@@ -7,6 +7,7 @@ import { execa } from 'execa';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ConfigDriveError, ProtectedDeviceError } from '../agent/errors.ts';
 import { prepareConfigDrive, writeConfigDrivePartition, type ConfigDriveImage } from '../agent/configdrive/prepare.ts';
+import { rebuildAsVfat } from '../agent/configdrive/fat.ts';
 import { DEFAULT_FILES, buildIso, diskServices, toWire } from './helpers/configdrive.ts';
 import { MiB, withLoops } from './helpers/loop.ts';
 
@@ -208,6 +209,37 @@ describe('writeConfigDrivePartition', () => {
         },
         { sectorSize: 4096 },
       );
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('rebuilds an empty VFAT drive, and refuses one whose files mtools cannot read whole', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'ina-vfat-'));
+    const env = { MTOOLS_SKIP_CHECK: '1' };
+    const asDrive = async (fat: string): Promise<ConfigDriveImage> => ({
+      bytes: await readFile(fat),
+      format: 'vfat',
+      label: 'CONFIG-2',
+      sectorSize: 512,
+      source: 'inline',
+    });
+    try {
+      const fat = join(dir, 'fat.img');
+      await execa('mkfs.vfat', ['-C', '-S', '512', '-n', 'CONFIG-2', fat, '4096']);
+      const empty = await rebuildAsVfat(await asDrive(fat), 8 * MiB, 4096);
+      await writeFile(join(dir, 'rebuilt.img'), empty);
+      expect((await execa('mdir', ['-b', '-i', join(dir, 'rebuilt.img'), '::/'], { env })).stdout).toBe('');
+      // A file whose directory entry names a cluster past the FAT: mcopy writes it empty and exits 1.
+      await writeFile(join(dir, 'user'), Buffer.alloc(5000, 9));
+      await execa('mcopy', ['-i', fat, join(dir, 'user'), '::/USERDATA'], { env });
+      const image = await readFile(fat);
+      const entry = image.indexOf('USERDATA   ', 0, 'latin1');
+      image.writeUInt16LE(0xfff0, entry + 26);
+      await writeFile(fat, image);
+      const err = await rebuildAsVfat(await asDrive(fat), 8 * MiB, 4096).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ConfigDriveError);
+      expect((err as Error).message).toMatch(/^A failure occurred while re-creating the config drive as VFAT: .*mcopy/);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

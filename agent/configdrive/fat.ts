@@ -24,8 +24,10 @@ async function extractTree(drive: ConfigDriveImage, work: string, tree: string, 
   }
   const image = join(work, 'drive.src');
   await writeFile(image, drive.bytes);
-  // mtools expands the wildcard itself; an empty drive has nothing to match (exit 1).
-  await run('mcopy', ['-s', '-n', '-p', '-i', image, '::/*', tree], { env: MTOOLS_ENV, okCodes: [1], log });
+  // mcopy exits 1 for any failure, a wildcard that matches nothing included, so an empty drive is asked first.
+  const listing = await run('mdir', ['-b', '-i', image, '::/'], { env: MTOOLS_ENV, log });
+  if (listing.stdout.trim() === '') return;
+  await run('mcopy', ['-s', '-n', '-p', '-i', image, '::/*', tree], { env: MTOOLS_ENV, log });
 }
 
 /** A VFAT image of `sizeBytes` with FAT sectors of `sectorSize`, holding the drive's files. */
