@@ -63,7 +63,8 @@ async function readGpt(view: ImageView, disk: SinkTarget): Promise<Table | null 
   const entriesLba = Number(header.readBigUInt64LE(72));
   const count = header.readUInt32LE(80);
   const entrySize = header.readUInt32LE(84);
-  if (entrySize < 128 || count > 4096) return null;
+  // Linux reads only 128-byte entries; any other size would also make the read below as large as the header says.
+  if (entrySize !== 128 || count > 4096) return null;
   const entries = await bytesAt(view, entriesLba * ss, count * entrySize);
   if (!entries) return null;
   const slots: Slot[] = [];
