@@ -10,6 +10,8 @@ import { readAt } from './read-at.ts';
 /** Bits 9–55 of an L1 or L2 entry: the host offset of the table or cluster. */
 const OFFSET_MASK = 0x00ff_ffff_ffff_fe00n;
 const COMPRESSED = 1n << 62n;
+/** Incompatible feature bit 4 (version 3 headers): 16-byte L2 entries, each an entry and its subcluster bitmap. */
+const EXTENDED_L2 = 1n << 4n;
 /** The cluster sizes qemu accepts: 512 B to 2 MiB. */
 const MIN_CLUSTER_BITS = 9;
 const MAX_CLUSTER_BITS = 21;
@@ -18,9 +20,12 @@ const MAX_CLUSTER_BITS = 21;
 export async function assertQcow2Within(file: string, size: number): Promise<void> {
   const fh = await open(file, 'r');
   try {
-    const header = await readAt(fh, 0, 72);
-    if (header.length < 72)
-      throw new InvalidImage(`the qcow2 image is truncated: its header needs 72 bytes, the file has ${size}`);
+    const header = await readAt(fh, 0, 80);
+    const version = header.length >= 8 ? header.readUInt32BE(4) : 0;
+    const needs = version >= 3 ? 80 : 72;
+    if (header.length < needs)
+      throw new InvalidImage(`the qcow2 image is truncated: its header needs ${needs} bytes, the file has ${size}`);
+    const entryBytes = version >= 3 && (header.readBigUInt64BE(72) & EXTENDED_L2) !== 0n ? 16 : 8;
     const clusterBits = header.readUInt32BE(20);
     if (clusterBits < MIN_CLUSTER_BITS || clusterBits > MAX_CLUSTER_BITS) {
       throw new InvalidImage(`the qcow2 image's cluster size (2^${clusterBits} bytes) is outside 512 B to 2 MiB`);
@@ -47,8 +52,8 @@ export async function assertQcow2Within(file: string, size: number): Promise<voi
       seen.add(l2Offset);
       past(`L2 table ${i}`, l2Offset + clusterSize);
       const l2 = await readAt(fh, l2Offset, clusterSize);
-      for (let j = 0; j < clusterSize / 8; j++) {
-        const entry = l2.readBigUInt64BE(j * 8);
+      for (let j = 0; j < clusterSize / entryBytes; j++) {
+        const entry = l2.readBigUInt64BE(j * entryBytes);
         // A compressed cluster's offset is packed differently and its length varies; its read fails loudly in qemu-img.
         if (entry & COMPRESSED) continue;
         const offset = Number(entry & OFFSET_MASK);
