@@ -7,6 +7,7 @@ import { buildConfig } from '../agent/config/config.ts';
 import { DeviceGuard } from '../agent/safety/device-guard.ts';
 import { DeviceTarget } from '../agent/image/sinks/device-target.ts';
 import { Qcow2Sink } from '../agent/image/sinks/qcow2.ts';
+import { PositionalWriter } from '../agent/image/qcow2/positional-writer.ts';
 import { readDevice } from './helpers/image-agent.ts';
 import { withLoops } from './helpers/loop.ts';
 import { workDir } from './helpers/make-image.ts';
@@ -119,5 +120,44 @@ describe('a device that will not zero a range itself (blkdiscard fails)', () => 
     expect(
       ring.tail().filter((l) => l.includes('the device would not zero a range itself; writing the zeros instead')),
     ).toHaveLength(1);
+  });
+});
+
+describe('a zeroing batch still running when the deploy stops (a disk that writes its zeros slowly)', () => {
+  it('is stopped by release(), its blkdiscard with it, instead of being waited for', async () => {
+    const bin = join(dir, 'slow-bin');
+    await mkdir(bin, { recursive: true });
+    const pids = join(dir, 'slow-blkdiscard.pids');
+    await writeFile(join(bin, 'blkdiscard'), `#!/bin/sh\necho $$ >> ${pids}\nexec sleep 300\n`, { mode: 0o755 });
+    const path = process.env.PATH;
+    process.env.PATH = `${bin}:${path}`;
+    try {
+      await withLoops([DEVICE], async ([loop]) => {
+        const writer = await PositionalWriter.open(
+          loop!.path,
+          DEVICE,
+          new DeviceGuard([loop!.path]),
+          pino({ level: 'silent' }),
+        );
+        await writer.zero(0, 16 * MiB);
+        for (let i = 0; !(await readFile(pids, 'utf8').catch(() => '')) && i < 100; i++)
+          await new Promise((r) => setTimeout(r, 50));
+        const pid = Number((await readFile(pids, 'utf8')).trim());
+        const started = Date.now();
+        await writer.release();
+        expect(Date.now() - started, 'release() waited for the zeroing').toBeLessThan(10_000);
+        let alive = true;
+        for (let i = 0; alive && i < 100; i++) {
+          alive = await readFile(`/proc/${pid}/stat`, 'utf8').then(
+            (s) => !/^\d+ \(.*\) Z/.test(s),
+            () => false,
+          );
+          if (alive) await new Promise((r) => setTimeout(r, 50));
+        }
+        expect(alive, 'the zeroing tool outlived the writer').toBe(false);
+      });
+    } finally {
+      process.env.PATH = path;
+    }
   });
 });

@@ -52,6 +52,8 @@ export class PositionalWriter implements WriteTarget {
   private readonly queued: [number, number][] = [];
   /** Ranges the device would not zero: written from memory by finish(). */
   private readonly unzeroed: [number, number][] = [];
+  /** Stops a zeroing batch on release: one can take hours on a disk without WRITE ZEROES. */
+  private readonly stopZeroing = new AbortController();
 
   private constructor(
     private readonly fh: FileHandle,
@@ -105,13 +107,19 @@ export class PositionalWriter implements WriteTarget {
       this.unzeroed.push(...ranges);
       return;
     }
-    const each =
-      'dev=$1; shift; while [ $# -gt 0 ]; do blkdiscard --zeroout --offset "$1" --length "$2" "$dev" || exit; shift 2; done';
+    // Stopped, the shell stops its blkdiscard too (only the shell has the parent-death signal).
+    const each = [
+      'dev=$1; shift',
+      "trap 'kill $pid 2>/dev/null; exit 143' TERM",
+      'while [ $# -gt 0 ]; do blkdiscard --zeroout --offset "$1" --length "$2" "$dev" & pid=$!; wait $pid || exit; shift 2; done',
+    ].join('\n');
     try {
       await run('sh', ['-c', each, 'zeroout', this.path, ...ranges.flatMap(([s, n]) => [String(s), String(n)])], {
         timeoutMs: 0,
+        signal: this.stopZeroing.signal,
       });
     } catch (err) {
+      if (this.closed) return;
       this.log.warn(
         { device: this.path, err: errorText(err) },
         'the device would not zero a range itself; writing the zeros instead',
@@ -255,6 +263,7 @@ export class PositionalWriter implements WriteTarget {
   async release(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.stopZeroing.abort();
     await Promise.all([...this.inFlight, this.singleWrite, this.zeroing]);
     await this.fh.close().catch(() => undefined);
   }
