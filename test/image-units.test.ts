@@ -2,7 +2,13 @@
 // inspection over real image headers, no_proxy matching, compression magic, credentials in URLs.
 import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { algoForDigest, expectedDigest, parseChecksumFile, verifyDigest } from '../agent/image/checksum.ts';
+import {
+  algoForDigest,
+  expectedDigest,
+  imageFileNames,
+  parseChecksumFile,
+  verifyDigest,
+} from '../agent/image/checksum.ts';
 import { detectCompression } from '../agent/image/sniff.ts';
 import { bypassesProxy } from '../agent/image/dispatchers.ts';
 import { parseImageInfo } from '../agent/image/image-info.ts';
@@ -129,6 +135,12 @@ describe('parseImageInfo', () => {
 });
 
 describe('checksum files', () => {
+  it("names the image by its URL's last segment, decoded, or as written when that is not UTF-8", () => {
+    expect(
+      imageFileNames(['http://h/a/disk%20one.qcow2', 'http://h/b/disk%20one.qcow2', 'http://h/x%E0%A4.img']),
+    ).toEqual(['disk one.qcow2', 'x%E0%A4.img']);
+  });
+
   const d = 'c'.repeat(64);
   it.each([
     ['bare', `${d}\n`, d],

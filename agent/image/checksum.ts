@@ -89,10 +89,19 @@ export function parseChecksumFile(text: string, fileNames: readonly string[], so
   throw new ImageDownloadError(`Checksum file ${source} does not contain name ${fileNames.join(' or ')}`);
 }
 
+/** The last path segment of an image URL as a checksum file names it: decoded, or as written when it is not UTF-8. */
+function fileName(url: string): string {
+  const segment = new URL(url).pathname.split('/').pop() ?? '';
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
 /** The last path segment of each image URL: what a checksum file names the image by. */
 export function imageFileNames(urls: readonly string[]): string[] {
-  const names = urls.map((u) => decodeURIComponent(new URL(u).pathname.split('/').pop() ?? '')).filter(Boolean);
-  return [...new Set(names)];
+  return [...new Set(urls.map(fileName).filter(Boolean))];
 }
 
 export interface ExpectedDigest {
