@@ -5,7 +5,7 @@
 // The image is untrusted: paths never leave the mounted partition, through `..` or through a symlink.
 import { lstat, mkdir, mkdtemp, chmod, chown, realpath, rm, rmdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { dirname, join, relative, sep } from 'node:path';
+import { isAbsolute, join, relative } from 'node:path';
 import type { AgentServices } from '../services.ts';
 import { isObject } from '../commands/params.ts';
 import { DeviceNotFound, InvalidCommandParamsError, ProtectedDeviceError } from '../errors.ts';
@@ -129,15 +129,27 @@ async function withMounted<T>(services: AgentServices, part: Partition, fn: (roo
   }
 }
 
-/** `relPath` inside `root`, refusing any route (symlinked directory or final symlink) that leads outside it. */
+/**
+ * `relPath` inside `root`, refusing any route (symlinked directory or final symlink) that leads outside it.
+ * Missing directories are made one at a time, each only once the one above it proved to be inside: a symlink in
+ * the image (`/var/run -> /run`) would otherwise have them made on the ramdisk before the check.
+ */
 async function confined(root: string, relPath: string, dirmode: number | undefined): Promise<string> {
-  const target = join(root, relPath);
-  await mkdir(dirname(target), { recursive: true, ...(dirmode !== undefined ? { mode: dirmode } : {}) });
-  const parent = await realpath(dirname(target));
-  const rel = relative(await realpath(root), parent);
-  if (rel.startsWith('..') || rel.startsWith(sep))
-    throw new InvalidCommandParamsError(`Validation of files failed: ${relPath} leads outside its partition`);
-  const final = join(parent, target.slice(dirname(target).length + 1));
+  const realRoot = await realpath(root);
+  const outside = () =>
+    new InvalidCommandParamsError(`Validation of files failed: ${relPath} leads outside its partition`);
+  const names = relPath.split('/').filter((n) => n !== '' && n !== '.');
+  const last = names.pop();
+  if (last === undefined || last === '..') throw outside();
+  let dir = realRoot;
+  for (const name of names) {
+    const next = join(dir, name);
+    if (!(await lstat(next).catch(() => null))) await mkdir(next, dirmode !== undefined ? { mode: dirmode } : {});
+    dir = await realpath(next);
+    const rel = relative(realRoot, dir);
+    if (rel.startsWith('..') || isAbsolute(rel)) throw outside();
+  }
+  const final = join(dir, last);
   const st = await lstat(final).catch(() => null);
   if (st?.isSymbolicLink())
     throw new InvalidCommandParamsError(`Validation of files failed: ${relPath} is a symlink in the image`);
