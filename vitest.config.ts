@@ -16,6 +16,7 @@ const DEVICE = [
   'test/disk-erase.test.ts',
   'test/disk-partition-uuids.test.ts',
   'test/disk-root-device.test.ts',
+  'test/host-write-all.test.ts',
   'test/http-fin-backpressure.test.ts',
   'test/image-block-writer.test.ts',
   'test/image-deploy.test.ts',

@@ -3,6 +3,7 @@
 // flushed to the device before the next starts. No external tool, so the ramdisk needs no shred.
 import { createCipheriv, randomBytes } from 'node:crypto';
 import { open } from 'node:fs/promises';
+import { writeAll } from '../host/write-all.ts';
 
 const CHUNK = 4 * 1024 * 1024;
 
@@ -23,7 +24,7 @@ async function onePass(
   try {
     for (let at = 0; at < sizeBytes; at += CHUNK) {
       const length = Math.min(CHUNK, sizeBytes - at);
-      await fh.write(next(), 0, length, at);
+      await writeAll(fh, next(), 0, length, at);
       report(at + length);
     }
     await fh.sync();

@@ -4,6 +4,7 @@
 // boots) and by the metadata erase of cleaning.
 import { open } from 'node:fs/promises';
 import { run } from '../exec.ts';
+import { writeAll } from '../host/write-all.ts';
 import type { Logger } from '../log.ts';
 import type { DeviceGuard } from '../safety/device-guard.ts';
 
@@ -12,7 +13,7 @@ const MiB = 1024 * 1024;
 async function zeroRange(fh: Awaited<ReturnType<typeof open>>, start: number, length: number): Promise<void> {
   const zeros = Buffer.alloc(Math.min(length, MiB));
   for (let at = start; at < start + length; at += zeros.length) {
-    await fh.write(zeros, 0, Math.min(zeros.length, start + length - at), at);
+    await writeAll(fh, zeros, 0, Math.min(zeros.length, start + length - at), at);
   }
 }
 

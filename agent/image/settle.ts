@@ -3,6 +3,7 @@
 import { open, type FileHandle } from 'node:fs/promises';
 import { ImageWriteError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
+import { writeAll } from '../host/write-all.ts';
 import { rescanPartitions } from '../disk/partitions.ts';
 import { relocateBackupGpt } from './gpt.ts';
 import type { Logger } from '../log.ts';
@@ -45,7 +46,7 @@ export async function settlePartitionTable(
     if (writes) {
       const fh = await openDevice(device.path, guard);
       try {
-        for (const w of writes) await fh.write(w.data, 0, w.data.length, w.offset);
+        for (const w of writes) await writeAll(fh, w.data, 0, w.data.length, w.offset);
         await fh.datasync();
       } finally {
         await fh.close();

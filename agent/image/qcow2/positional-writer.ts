@@ -10,6 +10,7 @@ import { constants } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import { ImageWriteError, errorText } from '../../errors.ts';
 import { run } from '../../exec.ts';
+import { writeAll } from '../../host/write-all.ts';
 import type { Logger } from '../../log.ts';
 import type { DeviceGuard } from '../../safety/device-guard.ts';
 import type { WriteTarget } from './reader.ts';
@@ -218,15 +219,12 @@ export class PositionalWriter implements WriteTarget {
   }
 
   private async pwrite(block: Buffer, length: number, position: number): Promise<void> {
-    let done = 0;
     try {
-      while (done < length) {
-        const { bytesWritten } = await this.fh.write(block, done, length - done, position + done);
-        if (bytesWritten === 0) throw new Error('no space left (the write made no progress)');
-        done += bytesWritten;
-      }
+      await writeAll(this.fh, block, 0, length, position);
     } catch (err) {
-      throw new ImageWriteError(`writing ${this.path} at byte ${position + done} failed: ${errorText(err)}`);
+      throw new ImageWriteError(
+        `writing ${length} bytes to ${this.path} at byte ${position} failed: ${errorText(err)}`,
+      );
     }
   }
 
@@ -242,7 +240,7 @@ export class PositionalWriter implements WriteTarget {
       try {
         fh = await open(this.path, constants.O_RDWR);
         for (const [base, p] of this.partials) {
-          for (const [s, e] of p.spans) await fh.write(p.bytes, s, e - s, base + s);
+          for (const [s, e] of p.spans) await writeAll(fh, p.bytes, s, e - s, base + s);
         }
         await fh.datasync();
       } catch (err) {
