@@ -2,6 +2,7 @@
 // console. It changes through `update`, which tells listeners (the console redraws on it).
 import { EventEmitter } from 'node:events';
 import type { CrashReport } from './last-words.ts';
+import { isObject } from './parse.ts';
 
 export interface HeartbeatInfo {
   at: number;
@@ -16,6 +17,22 @@ export interface NodeInfo {
   instance_info: Record<string, unknown>;
   driver_internal_info: Record<string, unknown>;
   [key: string]: unknown;
+}
+
+/**
+ * The node a step's parameters carry: the conductor's current view of it, which the agent keeps (lookup's may
+ * be older or sanitised; skip lists and root device hints are read from it). Undefined when it names no node.
+ */
+export function nodeFromParams(node: Record<string, unknown> | undefined): NodeInfo | undefined {
+  if (!node || typeof node.uuid !== 'string') return undefined;
+  const obj = (v: unknown): Record<string, unknown> => (isObject(v) ? v : {});
+  return {
+    ...node,
+    uuid: node.uuid,
+    properties: obj(node.properties),
+    instance_info: obj(node.instance_info),
+    driver_internal_info: obj(node.driver_internal_info),
+  };
 }
 
 /** What the console shows of in-band inspection. */

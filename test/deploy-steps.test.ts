@@ -83,11 +83,15 @@ describe('deploy steps on a loop device', () => {
   let gpt: DiskImage;
   let agent: RunningAgent;
   let version: unknown;
-  const node = () => ({ uuid: 'n1', properties: {}, instance_info: { root_device: { name: loop.path } } });
-  const deployStep = (step: string, args: Record<string, unknown>) =>
+  const node = (properties: Record<string, unknown> = {}) => ({
+    uuid: 'n1',
+    properties,
+    instance_info: { root_device: { name: loop.path } },
+  });
+  const deployStep = (step: string, args: Record<string, unknown>, properties?: Record<string, unknown>) =>
     runToEnd(agent.url, 'deploy.execute_deploy_step', {
       step: { interface: 'deploy', step, args, priority: 70 },
-      node: node(),
+      node: node(properties),
       ports: [],
       deploy_version: version,
     });
@@ -139,6 +143,12 @@ describe('deploy steps on a loop device', () => {
       ['write_image', 0],
       ['inject_files', 0],
     ]);
+    // Not required, as in IPA: the files may come from the node's inject_files property alone, and Ironic refuses
+    // a deploy template or service step that lacks a required argument.
+    const inject = list.find((s) => s.step === 'inject_files') as unknown as {
+      argsinfo: Record<string, { required: boolean }>;
+    };
+    expect(inject.argsinfo.files!.required).toBe(false);
   });
 
   it('inject_files writes by number, by-partuuid, by-partlabel, by-label and by path; deletes; keeps mode', async () => {
@@ -225,6 +235,14 @@ describe('deploy steps on a loop device', () => {
     expect(probe.stdout).not.toMatch(/PTTYPE/);
     const head = await readDevice(loop.path, 0, MiB);
     expect(head.subarray(512, 520).toString('latin1')).not.toBe('EFI PART');
+  });
+
+  it('reads the skip list from the node the conductor sends with the step, not from an older copy', async () => {
+    await writeImage();
+    // The agent's copy so far has no skip list (the steps above sent none); this step's node protects the disk.
+    const r = await deployStep('erase_devices_metadata', {}, { skip_block_devices: [{ name: loop.path }] });
+    expect(r.command_error).toBeNull();
+    expect((await execa('blkid', ['-p', '-o', 'value', '-s', 'PTTYPE', loop.path])).stdout.trim()).toBe('gpt');
   });
 
   it('an unknown deploy step is HardwareManagerMethodNotFound', async () => {

@@ -13,7 +13,7 @@ import { checkVersions, stepsResult, type StepDescription } from '../../disk/har
 import { burninSteps } from '../../burnin/steps.ts';
 import { erasePstore } from '../../host/pstore.ts';
 import { cleanUefiNvram, parseMatchPatterns } from '../../host/uefi-nvram.ts';
-import type { NodeInfo } from '../../state.ts';
+import { nodeFromParams, type NodeInfo } from '../../state.ts';
 
 const step = (name: string, priority = 0, extra: Partial<StepDescription> = {}): StepDescription => ({
   step: name,
@@ -172,7 +172,7 @@ export const clean: Extension = {
       const node = optObject(p, 'node');
       return {
         step: step as ExecuteParams['step'],
-        node: node && typeof node.uuid === 'string' ? asNode(node) : undefined,
+        node: nodeFromParams(node),
         cleanVersion: p.clean_version,
       };
     },
@@ -187,14 +187,3 @@ export const clean: Extension = {
     },
   }),
 };
-
-function asNode(node: Record<string, unknown>): NodeInfo {
-  const obj = (v: unknown): Record<string, unknown> => (isObject(v) ? v : {});
-  return {
-    ...node,
-    uuid: node.uuid as string,
-    properties: obj(node.properties),
-    instance_info: obj(node.instance_info),
-    driver_internal_info: obj(node.driver_internal_info),
-  };
-}

@@ -6,6 +6,7 @@ import { checkVersions, stepsResult, type StepDescription } from '../../disk/har
 import { injectFiles, parseInjectFiles, parseVerifyCa } from '../../disk/inject-files.ts';
 import { AgentError } from '../../errors.ts';
 import { prepareImage } from '../../image/prepare.ts';
+import { nodeFromParams } from '../../state.ts';
 import { isObject, optObject, reqObject } from '../params.ts';
 import { command, type CommandContext, type Extension } from '../types.ts';
 import { cleanUefiNvramStep, MATCH_PATTERNS_ARGSINFO, runners as cleanRunners } from './clean.ts';
@@ -33,7 +34,8 @@ export const DEPLOY_STEPS: readonly StepDescription[] = [
       files: {
         description:
           'Files to inject: a list of {path, partition, content (base64), deleted, mode, dirmode, owner, group}',
-        required: true,
+        // IPA's: the files may come from the node's inject_files property alone.
+        required: false,
       },
       verify_ca: { description: 'Whether to verify TLS certificates when fetching content', required: false },
     },
@@ -91,6 +93,9 @@ export async function runStep(
     throw new HardwareManagerMethodNotFound(
       `No HardwareManager found to handle method: ${String(step.interface)}.${String(step.step)}`,
     );
+  // As for clean steps: what the steps read of the node (skip list, root device hints) is the conductor's now.
+  const current = nodeFromParams(node);
+  if (current) ctx.state.update({ node: current });
   return runner(isObject(step.args) ? step.args : {}, node, ctx);
 }
 
