@@ -121,6 +121,22 @@ describe('conductor link', () => {
     await expect(stranger.commands()).rejects.toThrow(/self-signed|certificate/i);
   });
 
+  it('asks the API version again when discovery failed at first: looks up at 1.62, heartbeats at 1.68 over HTTPS', async () => {
+    const fake = await conductor({ nodes: [{ macs }] });
+    fake.queueRoot(503);
+    const { link } = linked(fake.url);
+    await link.start();
+    await fake.waitFor(() => fake.heartbeats.length >= 1, 'a heartbeat');
+    expect(fake.requests.filter((r) => r.path === '/').map((r) => r.status)).toEqual([503, 200]);
+    expect(fake.lookups[0]!.headers['x-openstack-ironic-api-version']).toBe('1.62');
+    const hb = fake.heartbeats[0]!;
+    expect(hb.headers['x-openstack-ironic-api-version']).toBe('1.68');
+    expect(hb.status).toBe(202);
+    const body = hb.body as { callback_url: string };
+    expect(Object.keys(body)).toEqual(['callback_url', 'agent_token', 'agent_version', 'agent_verify_ca']);
+    expect(body.callback_url).toMatch(/^https:\/\//);
+  });
+
   it('over IPv6: the callback host goes in brackets and the certificate names the IPv6 address', async (ctx) => {
     const fake = await FakeConductor.start({ nodes: [{ macs }], host: '::1' }).catch(() => undefined);
     if (!fake) return ctx.skip('no IPv6 loopback (::1) on this machine');

@@ -28,6 +28,9 @@ afterEach(async () => {
   while (cleanups.length) await cleanups.pop()!();
 });
 
+/** A conductor whose API version is known to be 1.`minor`. */
+const at = (minor: number) => ({ get: async () => minor });
+
 function lookupWith(urls: string[], req: Partial<LookupRequest> = {}, random = Math.random) {
   const api = new IronicApi({
     urls,
@@ -39,7 +42,7 @@ function lookupWith(urls: string[], req: Partial<LookupRequest> = {}, random = M
   cleanups.push(() => api.close());
   const clock = new InstantClock();
   const run = lookupNode(
-    { macs: [MAC], version: 115, heldToken: null, timeoutS: 600, intervalS: 1, ...req },
+    { macs: [MAC], versions: at(115), heldToken: null, timeoutS: 600, intervalS: 1, ...req },
     { api, clock, random, log: nullLogger },
   );
   return { run, clock };
@@ -108,14 +111,14 @@ describe('lookup retries', () => {
   it('sends every MAC, the capped version header and node_uuid when known', async () => {
     const fake = await conductor();
     const node = [...fake.nodes.values()][0]!;
-    const { run } = lookupWith([fake.url], { macs: ['aa:bb:cc:dd:ee:ff', MAC], nodeUuid: node.uuid, version: 82 });
+    const { run } = lookupWith([fake.url], { macs: ['aa:bb:cc:dd:ee:ff', MAC], nodeUuid: node.uuid, versions: at(82) });
     await run;
     const req = fake.lookups[0]!;
     expect(req.query).toEqual({ addresses: `aa:bb:cc:dd:ee:ff,${MAC}`, node_uuid: node.uuid });
     expect(req.headers['x-openstack-ironic-api-version']).toBe('1.62');
     expect(req.headers['x-openstack-request-id']).toBe('req-0b5e1d0c-6b1f-4a4e-9c59-3f0e8f4f2b7a');
     expect(req.headers['content-type']).toBe('application/json');
-    const old = lookupWith([fake.url], { version: 40, heldToken: null });
+    const old = lookupWith([fake.url], { versions: at(40), heldToken: null });
     expect((await old.run).token).toBeNull();
     expect(fake.lookups[1]!.headers['x-openstack-ironic-api-version']).toBe('1.40');
   });

@@ -36,6 +36,8 @@ export interface LinkOptions {
 interface Boot {
   /** Aborted when this boot is superseded (power cycle) or the link stops. */
   abort: AbortController;
+  versions?: VersionCache;
+  /** The conductor's API version: a first guess until a lookup succeeds, then the one that lookup spoke. */
   version?: number;
   macs?: string[];
   target?: HeartbeatTarget;
@@ -186,12 +188,9 @@ export class ConductorLink {
       boot.keys = generateKeys(this.config.tls.certificateCurve);
       boot.keys.catch(() => undefined);
     }
-    const versions = new VersionCache(this.api, this.config.lookup.ironicApiVersion, this.log);
+    boot.versions = new VersionCache(this.api, this.config.lookup.ironicApiVersion, this.log);
     this.state.update({ phase: 'finding conductor', conductorUrl: this.api.current });
-    const version = await versions.get(signal);
-    boot.version = version;
-    // A conductor that sends the token on every GET gets no unauthenticated GET, not even the first.
-    this.state.conductorSendsGetToken = version >= V_TOKEN_ON_GET;
+    this.useVersion(boot, await boot.versions.get(signal));
     this.state.update({ phase: 'waiting for network', conductorUrl: this.api.current });
     await this.clock.sleep(this.config.hardwareInitDelayS * 1000, signal);
     boot.macs = await waitForNicMacs(this.config.lookup.nicWaitS, this.clock, signal, this.opts.nics);
@@ -201,6 +200,7 @@ export class ConductorLink {
       );
     }
     const found = await this.lookup(boot, await this.inspectFirst(boot));
+    const version = found.version;
 
     const host = await advertiseHost(this.config, this.api.current, { clock: this.clock, log: this.log, signal });
     const tls = await this.tlsFor(boot, version, host, found.config);
@@ -250,7 +250,7 @@ export class ConductorLink {
       {
         macs: boot.macs!,
         nodeUuid,
-        version: boot.version!,
+        versions: boot.versions!,
         // The configured token, or one carried over a crash (main.ts); reset to the configured one on every new boot.
         heldToken: this.state.agentToken,
         timeoutS: this.config.lookup.timeoutS,
@@ -259,10 +259,18 @@ export class ConductorLink {
       { api: this.api, clock: this.clock, random: this.random, log: this.log, signal: boot.abort.signal },
     );
     applyLookupConfig(this.config, found.config);
+    this.useVersion(boot, found.version);
+    if (boot.target) boot.target.version = found.version;
     this.state.setToken(found.token);
     this.state.update({ node: found.node, conductorUrl: this.api.current });
     if (boot.target) boot.target.heartbeatTimeoutS = found.config.heartbeatTimeoutS;
     return found;
+  }
+
+  private useVersion(boot: Boot, version: number): void {
+    boot.version = version;
+    // A conductor that sends the token on every GET gets no unauthenticated GET, not even the first.
+    this.state.conductorSendsGetToken = version >= V_TOKEN_ON_GET;
   }
 
   private async tlsFor(boot: Boot, version: number, host: string, lc: LookupConfig): Promise<TlsMaterial | undefined> {

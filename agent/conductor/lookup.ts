@@ -15,8 +15,11 @@ const MAX_BACKOFF_S = 60;
 export interface LookupRequest {
   macs: readonly string[];
   nodeUuid?: string;
-  /** The conductor's API version (minor). */
-  version: number;
+  /**
+   * The conductor's API version (minor), asked before each attempt: until its root answers, 1.31 is assumed for
+   * that attempt only (IPA does the same), so a conductor that was not up yet is spoken to at its real version.
+   */
+  versions: { get(signal?: AbortSignal): Promise<number> };
   /** The token already held (pre-generated via ipa-agent-token), if any. */
   heldToken: string | null;
   timeoutS: number;
@@ -34,6 +37,8 @@ export interface LookupDeps {
 export interface LookupResult extends LookupReply {
   /** The token to use from now on (null only when the conductor issues none, below 1.62). */
   token: string | null;
+  /** The API version the successful attempt spoke: the agent's from here on (TLS, heartbeats). */
+  version: number;
 }
 
 type Attempt = { ok: LookupResult } | { retry: string; conflict?: boolean };
@@ -47,10 +52,11 @@ export function lookupPath(req: Pick<LookupRequest, 'macs' | 'nodeUuid'>): strin
 }
 
 async function attempt(req: LookupRequest, deps: LookupDeps): Promise<Attempt> {
+  const version = await req.versions.get(deps.signal);
   let reply: Awaited<ReturnType<typeof deps.api.send>>;
   try {
     reply = await deps.api.send('GET', lookupPath(req), {
-      version: versionHeader(req.version, V_TOKEN),
+      version: versionHeader(version, V_TOKEN),
       signal: deps.signal,
     });
   } catch (err) {
@@ -72,7 +78,7 @@ async function attempt(req: LookupRequest, deps: LookupDeps): Promise<Attempt> {
   if (token === undefined) {
     return { retry: 'the conductor already handed out this node\'s token ("******") and this agent holds none' };
   }
-  return { ok: { ...parsed, token } };
+  return { ok: { ...parsed, token, version } };
 }
 
 export async function lookupNode(req: LookupRequest, deps: LookupDeps): Promise<LookupResult> {

@@ -101,6 +101,7 @@ export class FakeConductor extends EventEmitter<{ request: [RecordedRequest] }> 
   tlsMinVersion: '1.2' | '1.3' | null;
   requireTls: boolean;
   private readonly lookupQueue: number[] = [];
+  private readonly rootQueue: number[] = [];
   private readonly heartbeatQueue: number[] = [];
   private readonly sockets = new Set<Socket>();
 
@@ -169,6 +170,11 @@ export class FakeConductor extends EventEmitter<{ request: [RecordedRequest] }> 
   /** The next lookups answer these statuses (409 = NodeLocked while creating the token). */
   queueLookup(...statuses: number[]): void {
     this.lookupQueue.push(...statuses);
+  }
+
+  /** The next `GET /` (the API version discovery) answer these statuses, as an API still starting does. */
+  queueRoot(...statuses: number[]): void {
+    this.rootQueue.push(...statuses);
   }
 
   queueHeartbeat(...statuses: number[]): void {
@@ -248,7 +254,10 @@ export class FakeConductor extends EventEmitter<{ request: [RecordedRequest] }> 
   }
 
   private route(req: IncomingMessage, url: URL, rec: RecordedRequest): { status: number; body?: unknown } {
-    if (req.method === 'GET' && url.pathname === '/') return { status: 200, body: this.root() };
+    if (req.method === 'GET' && url.pathname === '/') {
+      const queued = this.rootQueue.shift();
+      return queued ? error(queued, 'Service Unavailable') : { status: 200, body: this.root() };
+    }
     const header = req.headers['x-openstack-ironic-api-version'];
     const version = typeof header === 'string' ? minor(header) : 1;
     if (!Number.isFinite(version))
