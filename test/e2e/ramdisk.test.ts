@@ -171,6 +171,8 @@ describe('the ramdisk under QEMU', () => {
     expect(await member('dmesg')).toMatch(/Linux version/);
     expect(await member('lsblk-json')).toContain('"name": "vda"');
     expect(await member('ip_addr')).toMatch(/eth0[\s\S]*10\.0\.2\.15/);
+    // pstore is mounted, so that erase_pstore finds the firmware's crash records (it reads /proc/mounts).
+    expect(await member('mounts')).toMatch(/^pstore \/sys\/fs\/pstore pstore /m);
 
     // Cleaning with the ramdisk's wipefs, sgdisk and dd, as a conductor asks for it.
     const cleaned = await agentCommand(v, 'clean.execute_clean_step', {
