@@ -2,7 +2,7 @@
 // agent's status and log files. It is its own process (init restarts it), so it keeps showing what
 // happened after the agent crashed. Flags: --status-file, --log-file, --kernel-cmdline (default
 // /proc/cmdline), --once (print the status page once and exit; for checks).
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { ParamReader } from '../config/reader.ts';
 import { parseFlags, parseKernelCmdline } from '../config/sources.ts';
 import { spawnTool } from '../exec.ts';
@@ -36,6 +36,8 @@ function readShellAllowed(cmdlinePath: string): boolean {
 
 // lsblk is a process start per look, which a CPU under emulation feels; disks change rarely.
 const DISKS_EVERY_MS = 10_000;
+/** What finalize_rescue leaves once the rescue user has its password (host/rescue-user.ts, under `/`). */
+const RESCUED_MARKER = '/etc/.rescued';
 let diskCache: { at: number; value: Awaited<ReturnType<typeof readDisks>> } | undefined;
 
 async function currentDisks(): Promise<Awaited<ReturnType<typeof readDisks>>> {
@@ -68,6 +70,14 @@ let inShell = false;
 async function draw(force = false): Promise<void> {
   if (inShell) return;
   const input = await gather(page === 'log' ? 5000 : 50);
+  // Rescued: the terminal is for the rescue user's login now (run-console starts it when this exits).
+  if (input.status?.status.phase === 'rescued' && existsSync(RESCUED_MARKER)) {
+    setRaw(false);
+    process.stdout.write(
+      '\x1b[H\x1b[2J[console] rescue mode: log in as "rescue" with the password given to Ironic\r\n',
+    );
+    process.exit(0);
+  }
   let lines: string[];
   if (page === 'status') {
     lines = renderStatus(input, size());

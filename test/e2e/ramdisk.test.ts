@@ -198,6 +198,42 @@ describe('the ramdisk under QEMU', () => {
     expect((await execa('blkid', ['-p', '-O', String(MiB), disk], { reject: false })).exitCode).toBe(2);
   });
 
+  it('rescue: after finalize_rescue the serial console asks for a login, and the rescue user logs in with the password given to Ironic', async () => {
+    vm = await startVm({
+      disk: await sparseDisk('vda.img', 64 * MiB),
+      serialLog: join(work.dir, 'serial.log'),
+      mac: randomMac(),
+      forwards: [],
+      append: () => 'standalone=1',
+    });
+    const v = vm;
+    await until('GET /v1/status', () => agentStatus(v), 120_000);
+    const seen = (re: RegExp, from: number) =>
+      until(`${re} on the console`, async () => (re.test(v.serial().slice(from)) ? true : undefined), 60_000);
+    // Ironic sends the password crypt(3)-hashed (SHA-512), as `openssl passwd -6` makes it.
+    const hash = (await execa('openssl', ['passwd', '-6', '-salt', 'e2erescue', 'correct horse'])).stdout.trim();
+    let mark = v.serial().length;
+    const r = await agentCommand(v, 'rescue.finalize_rescue', { rescue_password: hash, hashed: true });
+    expect(r.command_status).toBe('SUCCEEDED');
+    await seen(/login: $/, mark);
+    // A wrong password is refused, the right one gives the rescue user a shell.
+    mark = v.serial().length;
+    await v.type('rescue\r');
+    await seen(/Password: $/, mark);
+    await v.type('wrong horse\r');
+    await seen(/Login incorrect/, mark);
+    await seen(/login: $/, mark);
+    mark = v.serial().length;
+    await v.type('rescue\r');
+    await seen(/Password: $/, mark);
+    await v.type('correct horse\r');
+    await new Promise((res) => setTimeout(res, 1000));
+    await v.type('echo "I am $(id -un), $((6*7))"\r');
+    await seen(/I am rescue, 42/, mark);
+    // The agent no longer serves: rescue hands the machine over.
+    await expect(agentStatus(v)).rejects.toThrow();
+  });
+
   it('deploys from a conductor: lookup, heartbeat, write_image of a qcow2 to a hinted second disk, of a gzip image streamed to a third and buffered to a fourth, and of a raw image with a config drive to the first, power off; the disk files hold them', async () => {
     const mac = randomMac();
     conductor = await FakeConductor.start();
