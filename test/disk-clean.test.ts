@@ -1,6 +1,6 @@
 // Cleaning through the real API on loopback, against loop devices: the step list, metadata erase, full
 // erase (discard and overwrite), the version check, and the device guard refusing a mounted disk.
-import { mkdtemp, open, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, open, readFile, rm, symlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -63,6 +63,29 @@ async function fill(dev: LoopDevice, byte: number): Promise<void> {
 }
 
 describe('clean extension', () => {
+  it('does not offer a burn-in step whose tool this machine lacks (the ramdisk has no fio)', async () => {
+    const bin = await mkdtemp(join(tmpdir(), 'ina-nofio-'));
+    const path = process.env.PATH;
+    try {
+      await symlink((await execa('sh', ['-c', 'command -v sh'])).stdout, join(bin, 'sh'));
+      await symlink((await execa('sh', ['-c', 'command -v stress-ng'])).stdout, join(bin, 'stress-ng'));
+      process.env.PATH = bin;
+      await withAgent([], {}, async (c) => {
+        for (const kind of ['clean', 'service']) {
+          const r = await c.command(`${kind}.get_${kind}_steps`, { node: node(), ports: [] }, { wait: true });
+          const steps = (r.command_result as Record<string, { GenericHardwareManager: { step: string }[] }>)[
+            `${kind}_steps`
+          ]!.GenericHardwareManager.map((s) => s.step);
+          expect(steps).toContain('burnin_cpu');
+          expect(steps.filter((s) => s === 'burnin_disk' || s === 'burnin_network')).toEqual([]);
+        }
+      });
+    } finally {
+      process.env.PATH = path;
+      await rm(bin, { recursive: true, force: true });
+    }
+  });
+
   it('lists erase_devices_metadata (99), erase_devices (10) and the manual steps (0) under the generic hardware manager', async () => {
     await withAgent([], {}, async (c) => {
       const r = await c.command('clean.get_clean_steps', { node: node(), ports: [] }, { wait: true });

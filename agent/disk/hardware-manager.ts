@@ -2,6 +2,7 @@
 // name and version from get_*_steps and sends them back as `clean_version`/`deploy_version`.
 import { isDeepStrictEqual } from 'node:util';
 import { VersionMismatch } from '../errors.ts';
+import { hasTool } from '../exec.ts';
 
 /** The key of the step lists in `clean_steps`/`deploy_steps`. */
 export const HARDWARE_MANAGER_CLASS = 'GenericHardwareManager';
@@ -16,6 +17,27 @@ export interface StepDescription {
   reboot_requested: boolean;
   abortable: boolean;
   argsinfo?: Record<string, { description: string; required: boolean }>;
+}
+
+/**
+ * The tool each step runs. A machine without it is not offered the step, so that Ironic refuses a request for
+ * it up front rather than the step failing on the node: the ramdisk has no fio (image-build/packages.txt).
+ */
+const STEP_TOOLS: Readonly<Record<string, string>> = {
+  burnin_cpu: 'stress-ng',
+  burnin_memory: 'stress-ng',
+  burnin_disk: 'fio',
+  burnin_network: 'fio',
+};
+
+/** `steps` without those whose tool this machine lacks. */
+export async function offeredSteps(steps: readonly StepDescription[]): Promise<StepDescription[]> {
+  const out: StepDescription[] = [];
+  for (const s of steps) {
+    const tool = STEP_TOOLS[s.step];
+    if (!tool || (await hasTool(tool))) out.push(s);
+  }
+  return out;
 }
 
 export function hardwareManagerVersions(): Record<string, string> {

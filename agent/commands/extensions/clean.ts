@@ -9,7 +9,7 @@ import { eraseDisk, type LastResort } from '../../disk/erase-disk.ts';
 import { EraseBoard } from '../../disk/erase-progress.ts';
 import { eraseSettings, type EraseSettings } from '../../disk/erase-settings.ts';
 import { eraseMetadata } from '../../disk/erase.ts';
-import { checkVersions, stepsResult, type StepDescription } from '../../disk/hardware-manager.ts';
+import { checkVersions, offeredSteps, stepsResult, type StepDescription } from '../../disk/hardware-manager.ts';
 import { burninSteps } from '../../burnin/steps.ts';
 import { erasePstore } from '../../host/pstore.ts';
 import { cleanUefiNvram, parseMatchPatterns } from '../../host/uefi-nvram.ts';
@@ -159,7 +159,7 @@ export const clean: Extension = {
   get_clean_steps: command({
     mode: 'sync',
     parse: () => undefined,
-    run: () => stepsResult('clean', CLEAN_STEPS),
+    run: async () => stepsResult('clean', await offeredSteps(CLEAN_STEPS)),
   }),
 
   execute_clean_step: command<ExecuteParams>({

@@ -1,7 +1,7 @@
 // service: servicing (Ironic API 1.87) runs in-band steps on an active node. The steps are those IPA offers
 // for servicing, all priority 0 and run only when asked for; the version check is cleaning's.
 import { burninSteps } from '../../burnin/steps.ts';
-import { checkVersions, stepsResult, type StepDescription } from '../../disk/hardware-manager.ts';
+import { checkVersions, offeredSteps, stepsResult, type StepDescription } from '../../disk/hardware-manager.ts';
 import { AgentError, ServicingError, errorText } from '../../errors.ts';
 import { optObject, reqObject } from '../params.ts';
 import { command, type Extension } from '../types.ts';
@@ -36,7 +36,7 @@ export const service: Extension = {
   get_service_steps: command({
     mode: 'sync',
     parse: () => undefined,
-    run: () => stepsResult('service', SERVICE_STEPS),
+    run: async () => stepsResult('service', await offeredSteps(SERVICE_STEPS)),
   }),
 
   execute_service_step: command({
