@@ -329,8 +329,11 @@ describe('agent token', () => {
     expect((await call(`${a.url}/v1/commands`, { method: 'POST', body: '{}' })).status).toBe(308);
   });
 
-  it('keeps GET open until a GET carries the token, then requires it', async () => {
-    a = await startAgent({ 'ipa-agent-token': TOKEN }, registry);
+  it('keeps GET open until a GET carries the token, then requires it (a conductor older than 1.96)', async () => {
+    a = await startAgent(
+      { standalone: 'false', 'ipa-api-url': 'http://127.0.0.1:9', 'ipa-agent-token': TOKEN },
+      registry,
+    );
     const ran = await post(a.url, 'test.echo', { value: 'v' }, `?agent_token=${TOKEN}`);
     expect((await call(`${a.url}/v1/commands/`)).status).toBe(200);
     expect((await call(`${a.url}/v1/commands/${ran.json.id}`)).status).toBe(200);
@@ -349,6 +352,13 @@ describe('agent token', () => {
     a = await startAgent({ 'ipa-agent-token': TOKEN, 'ipa-require-token-on-get': 'true' }, registry);
     expect((await call(`${a.url}/v1/commands/`)).status).toBe(401);
     expect((await call(`${a.url}/v1/commands/?agent_token=${TOKEN}`)).json).toEqual({ commands: [] });
+  });
+
+  it("requires a standalone agent's token on GET from the start, as IPA's functional test expects", async () => {
+    a = await startAgent({ 'ipa-agent-token': TOKEN }, registry);
+    expect((await call(`${a.url}/v1/commands/`)).status).toBe(401);
+    expect((await call(`${a.url}/v1/commands/?agent_token=${TOKEN}`)).json).toEqual({ commands: [] });
+    expect((await call(`${a.url}/v1/status`)).status).toBe(200);
   });
 
   it('refuses every command call while a conductor-linked agent holds no token', async () => {
