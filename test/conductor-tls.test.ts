@@ -34,7 +34,13 @@ async function tlsAgent(opts: FakeConductorOptions = {}) {
 
 type Handshake = { ok: true; protocol: string | null } | { ok: false; error: string };
 
-function handshake(port: number, min: SecureVersion, max: SecureVersion, ca?: string): Promise<Handshake> {
+function handshake(
+  port: number,
+  min: SecureVersion,
+  max: SecureVersion,
+  ca?: string,
+  ciphers = 'DEFAULT@SECLEVEL=0',
+): Promise<Handshake> {
   return new Promise((resolve) => {
     const socket = connect({
       host: '127.0.0.1',
@@ -42,7 +48,7 @@ function handshake(port: number, min: SecureVersion, max: SecureVersion, ca?: st
       minVersion: min,
       maxVersion: max,
       // OpenSSL 3 refuses TLS < 1.2 at its default security level on the client side too.
-      ciphers: 'DEFAULT@SECLEVEL=0',
+      ciphers,
       ...(ca ? { ca } : { rejectUnauthorized: false }),
     });
     socket.once('secureConnect', () => {
@@ -107,6 +113,16 @@ describe('auto-TLS', () => {
     const { port, ca } = await tlsAgent({ tlsMinVersion: '1.3' });
     expect((await handshake(port, 'TLSv1.2', 'TLSv1.2', ca)).ok).toBe(false);
     expect(await handshake(port, 'TLSv1.2', 'TLSv1.3', ca)).toEqual({ ok: true, protocol: 'TLSv1.3' });
+  });
+
+  it("offers TLS 1.2 clients IPA's four ECDHE-GCM suites only, when nobody names suites", async () => {
+    const { port, ca } = await tlsAgent({ tlsMinVersion: '1.2' });
+    for (const suite of ['ECDHE-ECDSA-AES128-SHA', 'ECDHE-ECDSA-CHACHA20-POLY1305', 'ECDHE-ECDSA-AES256-SHA384'])
+      expect((await handshake(port, 'TLSv1.2', 'TLSv1.2', ca, suite)).ok, suite).toBe(false);
+    expect(await handshake(port, 'TLSv1.2', 'TLSv1.2', ca, 'ECDHE-ECDSA-AES128-GCM-SHA256')).toEqual({
+      ok: true,
+      protocol: 'TLSv1.2',
+    });
   });
 
   it('defaults to TLS 1.2 when the lookup config has no tls_min_version', async () => {

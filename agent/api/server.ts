@@ -5,6 +5,10 @@ import type { SecureVersion } from 'node:tls';
 import { serve, type ServerType } from '@hono/node-server';
 import type { Hono } from 'hono';
 
+/** IPA's TLS 1.2 suites when neither the conductor nor the configuration names any (TLS 1.3 keeps its own). */
+const IPA_TLS12_CIPHERS =
+  'ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256';
+
 export interface TlsMaterial {
   key: string;
   cert: string;
@@ -31,7 +35,7 @@ function listen(app: Hono, host: string, port: number, tls?: TlsMaterial): Promi
               key: tls.key,
               cert: tls.cert,
               minVersion: `TLSv${tls.minVersion}` as SecureVersion,
-              ...(tls.ciphers ? { ciphers: tls.ciphers } : {}),
+              ciphers: tls.ciphers ?? IPA_TLS12_CIPHERS,
             },
           }
         : {}),
