@@ -150,9 +150,8 @@ export class DeviceGuard {
    * Every device below a used one (its parent disk, its slaves, a loop's backing store, theirs), and every
    * loop device that is a window onto a protected one, with a sentence saying why.
    */
-  private async protectedSet(): Promise<Map<string, string>> {
+  private async protectedSet(loops: Map<string, { device: string; file: boolean }>): Promise<Map<string, string>> {
     const out = new Map<string, string>();
-    const loops = await this.loops();
     const visit = async (name: string, why: string, use: string): Promise<void> => {
       if (out.has(name)) return;
       out.set(name, why);
@@ -189,7 +188,11 @@ export class DeviceGuard {
   }
 
   /** Null when the allow-list lets `name` be written, else why not. */
-  private async notAllowed(name: string, seen = new Set<string>()): Promise<string | null> {
+  private async notAllowed(
+    name: string,
+    loops: Map<string, { device: string; file: boolean }>,
+    seen = new Set<string>(),
+  ): Promise<string | null> {
     if (!this.allowlist) return null;
     const disk = await this.parentDisk(name);
     let listed = false;
@@ -199,10 +202,10 @@ export class DeviceGuard {
     }
     if (!listed) return 'not on the device allow-list';
     // Writing a loop onto a block device writes that device.
-    const loop = (await this.loops()).get(disk);
+    const loop = loops.get(disk);
     if (!loop || loop.file || seen.has(disk)) return null;
     seen.add(disk);
-    const below = await this.notAllowed(loop.device, seen);
+    const below = await this.notAllowed(loop.device, loops, seen);
     return below && `a loop device onto ${loop.device}, which is ${below}`;
   }
 
@@ -227,11 +230,13 @@ export class DeviceGuard {
     } catch (err) {
       return { ok: false, reason: (err as Error).message.replace(`${devPath}: `, '') };
     }
-    const notAllowed = await this.notAllowed(name);
+    // Read once for both questions (a loop whose backing file is gone costs a losetup each time).
+    const loops = await this.loops();
+    const notAllowed = await this.notAllowed(name, loops);
     if (notAllowed) return { ok: false, reason: `it is ${notAllowed}` };
     let reason: string | undefined;
     try {
-      reason = (await this.protectedSet()).get(name);
+      reason = (await this.protectedSet(loops)).get(name);
     } catch (err) {
       return { ok: false, reason: `whether it is in use cannot be told: ${(err as Error).message}` };
     }
