@@ -9,6 +9,8 @@
 // BENCH_BEFORE=DIR adds the agent of another checkout (e.g. the commit before the runtime switch, made by
 // scripts/bench-before-after.sh) to every agent case, bundled by that checkout's esbuild and run by
 // BENCH_BEFORE_NODE (default /usr/bin/node, the host's), on the same images in the same repetitions.
+// BENCH_NODE_FLAGS replaces the node flags the ramdisk starts the agent with (image-build's run-agent), to
+// measure what they cost or save, e.g. BENCH_NODE_FLAGS='' or '--max-semi-space-size=1'.
 // Not a test: no pass/fail.
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
@@ -159,7 +161,8 @@ async function shippedLaunch(tree = root): Promise<{ flags: string[]; env: Recor
   const flags = /^NODE_FLAGS='([^']*)'/m.exec(script);
   if (!flags) throw new Error('image-build/rootfs/usr/lib/ina/run-agent no longer sets NODE_FLAGS');
   const env = Object.fromEntries([...script.matchAll(/^export (\w+)=(\S+)$/gm)].map((m) => [m[1]!, m[2]!]));
-  return { flags: flags[1]!.split(' ').filter(Boolean), env };
+  const chosen = process.env.BENCH_NODE_FLAGS ?? flags[1]!;
+  return { flags: chosen.split(' ').filter(Boolean), env };
 }
 
 /** Bytes the files in `dir` take (their blocks: a sparse file counts what it holds). */

@@ -21,6 +21,8 @@ declare -A tools=(
 declare -A files=()
 if [ "${1:-}" = vm ]; then
   tools+=([qemu-system-x86_64]=qemu-system-x86 [readelf]=binutils [strip]=binutils)
+  # The e2e's SSH client for the rescue login (binaries only: the package starts no server).
+  tools+=([dbclient]=dropbear-bin)
   files+=([/usr/share/OVMF/OVMF_CODE_4M.fd]=ovmf)
 fi
 missing=()

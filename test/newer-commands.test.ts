@@ -91,10 +91,12 @@ describe('rescue.finalize_rescue', () => {
     expect(await readFile(join(root, 'etc', 'ipa-rescue-config', 'ipa-rescue-password'), 'utf8')).toBe(HASH);
     expect((await stat(join(root, 'etc', 'ipa-rescue-config', 'ipa-rescue-password'))).mode & 0o777).toBe(0o600);
     await stat(join(root, 'etc', '.rescued'));
-    expect(await readFile(join(root, 'etc', 'passwd'), 'utf8')).toContain(
-      'rescue:x:1001:1001:rescue:/home/rescue:/bin/sh\n',
+    // A second name for uid 0 (the DIB ramdisk's rescue user has passwordless sudo); root's own entries stay.
+    expect(await readFile(join(root, 'etc', 'passwd'), 'utf8')).toBe(
+      'root:x:0:0:root:/root:/bin/sh\nina:x:1000:1000::/home/ina:/bin/sh\nrescue:x:0:0:rescue:/home/rescue:/bin/sh\n',
     );
-    expect(await readFile(join(root, 'etc', 'group'), 'utf8')).toContain('rescue:x:1001:\n');
+    expect(await readFile(join(root, 'etc', 'group'), 'utf8')).toBe('root:x:0:\nina:x:1000:\n');
+    expect((await stat(join(root, 'home', 'rescue'))).mode & 0o777).toBe(0o700);
     const shadow = (await readFile(join(root, 'etc', 'shadow'), 'utf8')).split('\n');
     expect(shadow[0]).toBe('root:*:20000:0:99999:7:::');
     expect(shadow[1]).toMatch(new RegExp(`^rescue:${HASH.replace(/[$.]/g, '\\$&')}:\\d+:0:99999:7:::$`));

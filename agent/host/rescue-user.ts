@@ -1,7 +1,8 @@
 // Rescue mode: the conductor's crypt(3) hash becomes the password of the `rescue` user, so the operator can log
-// in to the ramdisk with what they gave Ironic. IPA writes the hash to a file for a DIB unit that runs useradd;
-// this ramdisk has no such unit, so the agent also sets the user itself (passwd, group, shadow), under `root`
-// (`/` in a ramdisk; a test's fake root elsewhere: never the host's own /etc).
+// in to the ramdisk with what they gave Ironic. IPA writes the hash to a file for a DIB unit that runs useradd
+// and gives the user passwordless sudo; this ramdisk has neither, so the agent sets the user itself (passwd,
+// shadow) under `root` (`/` in a ramdisk; a test's fake root elsewhere: never the host's own /etc), as a second
+// name for uid 0: rescuing an instance means mounting, checking and repairing its disks, which needs root.
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
@@ -35,16 +36,12 @@ export async function setRescuePassword(root: string, hash: string, now = Date.n
   await writeFile(join(etc, 'ipa-rescue-config', 'ipa-rescue-password'), hash, { mode: 0o600 });
 
   const passwd = await readLines(join(etc, 'passwd'));
-  const group = await readLines(join(etc, 'group'));
-  let entry = passwd.find((l) => l.split(':')[0] === RESCUE_USER);
-  if (!entry) {
-    const taken = new Set([...passwd, ...group].map((l) => Number(l.split(':')[2])));
-    let id = 1000;
-    while (taken.has(id)) id++;
-    entry = `${RESCUE_USER}:x:${id}:${id}:rescue:/home/${RESCUE_USER}:/bin/sh`;
-    await replaceFile(join(etc, 'passwd'), [...passwd, entry], 0o644);
-    if (!group.some((l) => l.split(':')[0] === RESCUE_USER))
-      await replaceFile(join(etc, 'group'), [...group, `${RESCUE_USER}:x:${id}:`], 0o644);
+  if (!passwd.some((l) => l.split(':')[0] === RESCUE_USER)) {
+    await replaceFile(
+      join(etc, 'passwd'),
+      [...passwd, `${RESCUE_USER}:x:0:0:rescue:/home/${RESCUE_USER}:/bin/sh`],
+      0o644,
+    );
     await mkdir(join(root, 'home', RESCUE_USER), { recursive: true, mode: 0o700 });
   }
   const days = Math.floor(now / 86_400_000);

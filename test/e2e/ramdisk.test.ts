@@ -198,18 +198,34 @@ describe('the ramdisk under QEMU', () => {
     expect((await execa('blkid', ['-p', '-O', String(MiB), disk], { reject: false })).exitCode).toBe(2);
   });
 
-  it('rescue: after finalize_rescue the serial console asks for a login, and the rescue user logs in with the password given to Ironic', async () => {
+  it('rescue: after finalize_rescue the rescue user logs in as root with the password given to Ironic, on the serial console and over SSH (not before)', async () => {
     vm = await startVm({
       disk: await sparseDisk('vda.img', 64 * MiB),
       serialLog: join(work.dir, 'serial.log'),
       mac: randomMac(),
       forwards: [],
       append: () => 'standalone=1',
+      ssh: true,
     });
     const v = vm;
     await until('GET /v1/status', () => agentStatus(v), 120_000);
     const seen = (re: RegExp, from: number) =>
       until(`${re} on the console`, async () => (re.test(v.serial().slice(from)) ? true : undefined), 60_000);
+    // dropbear's client, the password from the environment; no host key to check (a fresh one each boot).
+    const ssh = (user: string, password: string) =>
+      execa(
+        'dbclient',
+        ['-y', '-y', '-p', String(v.sshPort), `${user}@127.0.0.1`, 'echo "I am $LOGNAME, uid $(id -u)"'],
+        {
+          env: { DROPBEAR_PASSWORD: password },
+          reject: false,
+          timeout: 90_000,
+        },
+      );
+    // A deploy ramdisk takes no logins.
+    const early = await ssh('rescue', 'correct horse');
+    expect(early.exitCode).not.toBe(0);
+    expect(early.stdout).toBe('');
     // Ironic sends the password crypt(3)-hashed (SHA-512), as `openssl passwd -6` makes it.
     const hash = (await execa('openssl', ['passwd', '-6', '-salt', 'e2erescue', 'correct horse'])).stdout.trim();
     let mark = v.serial().length;
@@ -228,8 +244,16 @@ describe('the ramdisk under QEMU', () => {
     await seen(/Password: $/, mark);
     await v.type('correct horse\r');
     await new Promise((res) => setTimeout(res, 1000));
-    await v.type('echo "I am $(id -un), $((6*7))"\r');
-    await seen(/I am rescue, 42/, mark);
+    await v.type('echo "I am $LOGNAME, uid $(id -u), $((6*7))"\r');
+    await seen(/I am rescue, uid 0, 42/, mark);
+    // Over the network, as the tenant reaches a rescued node: the wrong password and root are refused.
+    const wrong = await ssh('rescue', 'wrong horse');
+    expect(wrong.exitCode).not.toBe(0);
+    expect(wrong.stdout).toBe('');
+    expect((await ssh('root', 'correct horse')).stdout).toBe('');
+    const right = await ssh('rescue', 'correct horse');
+    expect(right.stderr).not.toMatch(/denied/i);
+    expect(right.stdout.trim()).toBe('I am rescue, uid 0');
     // The agent no longer serves: rescue hands the machine over.
     await expect(agentStatus(v)).rejects.toThrow();
   });

@@ -42,10 +42,14 @@ export interface VmOptions {
   smbios?: string[];
   /** Boot through UEFI firmware (OVMF) instead of SeaBIOS: its code, and a writable copy of its variable store. */
   uefi?: { code: string; vars: string };
+  /** Forward a free loopback port to the guest's SSH port 22 (`Vm.sshPort`). */
+  ssh?: boolean;
 }
 
 export interface Vm {
   agentPort: number;
+  /** The loopback port that reaches the guest's port 22, when `ssh` was asked for. */
+  sshPort?: number;
   accel: 'kvm' | 'tcg';
   startedAt: number;
   /** Resolves with QEMU's exit code when the VM powers off (or QEMU fails). */
@@ -82,6 +86,7 @@ export function randomMac(): string {
 
 export async function startVm(o: VmOptions): Promise<Vm> {
   const agentPort = await freePort();
+  const sshPort = o.ssh ? await freePort() : undefined;
   const accel = accelerator();
   // The uncompressed kernel boots by its PVH entry and skips the decompressor: seconds under TCG. UEFI
   // firmware starts the kernel as an EFI application, which only the compressed image is.
@@ -89,6 +94,7 @@ export async function startVm(o: VmOptions): Promise<Vm> {
   const netdev = [
     'user,id=n0,restrict=on',
     `hostfwd=tcp:127.0.0.1:${agentPort}-:9999`,
+    ...(sshPort ? [`hostfwd=tcp:127.0.0.1:${sshPort}-:22`] : []),
     ...o.forwards.map(
       (f) => `guestfwd=tcp:${HOST_IN_GUEST}:${f.guestPort}-cmd:${process.execPath} ${CONNECTOR} ${f.hostPort}`,
     ),
@@ -179,6 +185,7 @@ export async function startVm(o: VmOptions): Promise<Vm> {
   void ttySocket().catch(() => undefined);
   return {
     agentPort,
+    sshPort,
     accel,
     startedAt,
     exited,
