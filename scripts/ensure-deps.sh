@@ -15,7 +15,7 @@ declare -A tools=(
   [genisoimage]=genisoimage [mkfs.ext4]=e2fsprogs [losetup]=mount [wipefs]=util-linux [blkid]=util-linux
   [pigz]=pigz [zstd]=zstd [xz]=xz-utils [sfdisk]=fdisk [partprobe]=parted [blkdiscard]=util-linux [curl]=curl
   [openssl]=openssl [ip]=iproute2 [hdparm]=hdparm
-  [efibootmgr]=efibootmgr [stress-ng]=stress-ng [fio]=fio [tcpdump]=tcpdump
+  [efibootmgr]=efibootmgr [stress-ng]=stress-ng [fio]=fio [tcpdump]=tcpdump [dmidecode]=dmidecode
 )
 # file -> Debian package, for packages that bring no command
 declare -A files=()

@@ -2,6 +2,7 @@
 // POST's retries on virtual time, collector failures reported IPA's way, and the fast-track path where the
 // ≥ 1.84 callback reply carries the agent token that a later lookup only shows as "******".
 import { execFileSync, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -15,11 +16,12 @@ import type { Clock } from '../agent/clock.ts';
 import { ConductorLink } from '../agent/conductor/link.ts';
 import { nicMacs } from '../agent/conductor/nics.ts';
 import { collectors } from '../agent/inspect/collectors/registry.ts';
-import { inspect } from '../agent/inspect/flow.ts';
+import { inspect, inspectUntilAnswered } from '../agent/inspect/flow.ts';
 import { memTotalBytes } from '../agent/inspect/memory.ts';
 import { nullLogger } from '../agent/log.ts';
 import { AgentState } from '../agent/state.ts';
 import { FakeConductor } from './helpers/fake-conductor.ts';
+import { installFakes } from './helpers/fake-tools.ts';
 
 interface Posted {
   headers: IncomingHttpHeaders;
@@ -213,6 +215,38 @@ describe('posting', () => {
     expect(r.nodeUuid).toBeUndefined();
   });
 
+  it("keeps IPA's backoff past five attempts while ipa-inspection-timeout allows (5, 5, 6, 12, 24, then 30 s)", async () => {
+    const down = await callbackServer(() => ({ status: 503, body: {} }));
+    const t = inProcess({
+      'ipa-inspection-callback-url': down.url,
+      'ipa-inspection-collectors': 'default',
+      'ipa-inspection-timeout': '90',
+    });
+    expect((await t.run()).outcome).toMatchObject({ kind: 'failed', attempts: 7 });
+    expect(t.clock.slept).toEqual([5000, 5000, 6000, 12000, 24000, 30000]);
+    expect(down.posts).toHaveLength(7);
+  });
+
+  it('inspects again after a round that reached no callback URL, as IPA restarts, until one answers', async () => {
+    const cb = await callbackServer((n) =>
+      n <= 4 ? { status: 503, body: {} } : { status: 202, body: { uuid: 'u-9' } },
+    );
+    const config = configFor({
+      'ipa-inspection-callback-url': cb.url,
+      'ipa-inspection-collectors': 'default',
+      'ipa-inspection-timeout': '12',
+    });
+    const state = new AgentState('test', null);
+    const clock = virtualClock();
+    const r = await inspectUntilAnswered({ config, log: nullLogger, state, clock });
+    expect(r.outcome).toMatchObject({ kind: 'accepted', attempts: 2 });
+    expect(r.nodeUuid).toBe('u-9');
+    // Round one: three attempts within 12 s; a pause; round two: the second attempt is answered.
+    expect(clock.slept).toEqual([5000, 5000, 30000, 5000]);
+    expect(cb.posts).toHaveLength(5);
+    expect(state.status.inspection?.phase).toBe('done');
+  });
+
   it('tries the next callback URL when one does not answer', async () => {
     const cb = await callbackServer(() => ({ status: 202, body: { uuid: 'u-2' } }));
     const r = await inProcess({
@@ -246,14 +280,60 @@ describe('collectors', () => {
     expect(cb.posts[0]!.body.error).toMatch(/Failed to load collector nope/);
   });
 
-  it.skipIf(!existsTool('dmidecode'))('dmi-decode fails cleanly on a machine without DMI', async () => {
-    const cb = await callbackServer(() => ({ status: 202, body: {} }));
-    await inProcess({ 'ipa-inspection-callback-url': cb.url, 'ipa-inspection-collectors': 'dmi-decode' }).run();
-    const err = cb.posts[0]!.body.error as string | null;
-    // this host has no DMI tables: dmidecode exits non-zero; with tables it would be decoded
-    if (err) expect(err).toMatch(/collector dmi-decode failed: dmidecode .* failed/);
-    else expect(cb.posts[0]!.body.dmi).toHaveProperty('bios');
+  it('extra-hardware is a known collector: its failure is reported, and the inventory and the others are still posted', async () => {
+    const cb = await callbackServer(() => ({ status: 202, body: { uuid: 'u-4' } }));
+    const r = await inProcess({
+      'ipa-inspection-callback-url': cb.url,
+      'ipa-inspection-collectors': 'default,extra-hardware,pci-devices',
+    }).run();
+    const body = cb.posts[0]!.body;
+    expect(body.error).toBe(
+      'The following errors were encountered:\n* collector extra-hardware failed: hardware-detect (python-hardware) is not part of this agent; drop extra-hardware from ipa-inspection-collectors',
+    );
+    expect(body.inventory).toHaveProperty('cpu.count', cpus().length);
+    expect(Array.isArray(body.pci_devices)).toBe(true);
+    expect(r.nodeUuid).toBeUndefined();
   });
+
+  it('lldp: NICs that cannot be listened to cost their frames (lldp null), not the inspection, as in IPA', async () => {
+    const fakes = await installFakes({
+      tcpdump: "process.stderr.write('tcpdump: ' + args[1] + ': You don\\'t have permission\\n'); process.exit(1);",
+    });
+    cleanups.push(() => fakes.close());
+    const cb = await callbackServer(() => ({ status: 202, body: { uuid: 'u-5' } }));
+    const r = await inProcess({
+      'ipa-inspection-callback-url': cb.url,
+      'ipa-inspection-collectors': 'default,lldp',
+      'ipa-collect-lldp': '1',
+    }).run();
+    const body = cb.posts[0]!.body;
+    expect(body.error).toBeNull();
+    expect(body.lldp_raw).toEqual({});
+    const nics = (body.inventory as { interfaces: { name: string; lldp: unknown }[] }).interfaces;
+    expect(nics.map((n) => n.lldp)).toEqual(nics.map(() => null));
+    // Each NIC was tried twice: for the inventory (ipa-collect-lldp) and for the lldp collector.
+    const tried = (await fakes.calls('tcpdump')).map((a) => a[1]);
+    expect(tried.length).toBeGreaterThanOrEqual(2 * nics.length);
+    for (const n of nics) expect(tried.filter((t) => t === n.name)).toHaveLength(2);
+    expect(r.nodeUuid).toBe('u-5');
+  });
+
+  const hasDmi = existsSync('/sys/firmware/dmi/tables/DMI');
+  it.skipIf(!existsTool('dmidecode'))(
+    `dmi-decode ${hasDmi ? 'decodes this host’s SMBIOS tables' : 'fails cleanly on this host, which has no DMI tables'}`,
+    async () => {
+      const cb = await callbackServer(() => ({ status: 202, body: {} }));
+      await inProcess({ 'ipa-inspection-callback-url': cb.url, 'ipa-inspection-collectors': 'dmi-decode' }).run();
+      const body = cb.posts[0]!.body;
+      if (hasDmi) {
+        expect(body.error).toBeNull();
+        expect(body.dmi).toHaveProperty('bios');
+      } else {
+        expect(body.error).toMatch(/collector dmi-decode failed: dmidecode .* failed/);
+        expect(body.dmi).toBeUndefined();
+      }
+    },
+  );
 });
 
 function existsTool(name: string): boolean {

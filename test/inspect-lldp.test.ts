@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { describeLldp, parseLldpFrame, pcapPackets } from '../agent/inspect/lldp.ts';
-import { captureLldp, LldpCaptureError } from '../agent/inspect/lldp-capture.ts';
+import { captureLldp } from '../agent/inspect/lldp-capture.ts';
 import { switchFrame } from './helpers/lldp-frames.ts';
 
 const PCAP = join(import.meta.dirname, 'fixtures/inspect/lldp/leaf.pcap');
@@ -83,18 +83,28 @@ describe.skipIf(!haveTools)('live capture with tcpdump in a network namespace', 
       const t0 = Date.now();
       // a generous window: on a loaded 2-core machine tcpdump and the sender take seconds to start
       const got = await captureLldp(['nic0', 'nic1'], { timeoutS: 8, tcpdump: wrapper });
-      expect(got.nic0).toEqual(parseLldpFrame(f0));
-      expect(got.nic1).toEqual([]);
+      expect(got.frames.nic0).toEqual(parseLldpFrame(f0));
+      expect(got.frames.nic1).toEqual([]);
+      expect(got.errors).toEqual({});
       expect(Date.now() - t0).toBeGreaterThanOrEqual(7900);
     } finally {
       s0.kill();
     }
   });
 
-  it('reports an interface tcpdump cannot open as a capture error', async () => {
-    await expect(captureLldp(['nosuch0'], { timeoutS: 3, tcpdump: wrapper })).rejects.toThrow(LldpCaptureError);
-    await expect(captureLldp(['nic0'], { timeoutS: 1, tcpdump: join(dir, 'absent') })).rejects.toThrow(
-      /cannot run tcpdump/,
-    );
+  it('reports an interface tcpdump cannot open apart, and keeps the frames of the others', async () => {
+    const f0 = switchFrame({ src: '00:1c:73:aa:bb:01', port: 'Ethernet12', system: 'leaf-a1.dc1', vlan: 100 });
+    const s0 = sender('sw0', f0);
+    try {
+      const got = await captureLldp(['nic0', 'nosuch0'], { timeoutS: 8, tcpdump: wrapper });
+      expect(got.frames).toEqual({ nic0: parseLldpFrame(f0) });
+      expect(Object.keys(got.errors)).toEqual(['nosuch0']);
+      expect(got.errors.nosuch0).toMatch(/^tcpdump on nosuch0 exited with 1: .*No such device/);
+    } finally {
+      s0.kill();
+    }
+    const absent = await captureLldp(['nic0'], { timeoutS: 1, tcpdump: join(dir, 'absent') });
+    expect(absent.frames).toEqual({});
+    expect(absent.errors.nic0).toMatch(/cannot run tcpdump/);
   });
 });

@@ -175,6 +175,7 @@ describe('built: a server with a bond, VLANs, IPoIB, SATA + NVMe disks, DMI and 
       ),
       'sys/class/dmi/id/sys_vendor': 'Dell Inc.\n',
       'sys/class/dmi/id/product_name': 'PowerEdge R650\n',
+      'sys/class/dmi/id/product_sku': 'SKU=0A2B;ModelName=PowerEdge R650\n',
       'sys/class/dmi/id/product_serial': 'GX7Q2K3\n',
       'sys/class/dmi/id/bios_vendor': 'Dell Inc.\n',
       'sys/class/dmi/id/bios_version': '1.9.2\n',
@@ -361,7 +362,7 @@ describe('built: a server with a bond, VLANs, IPoIB, SATA + NVMe disks, DMI and 
 
   it('DMI vendor and firmware, UEFI boot, raw BOOTIF, BMC addresses and MAC', () => {
     expect(inv.system_vendor).toEqual({
-      product_name: 'PowerEdge R650',
+      product_name: 'PowerEdge R650 (SKU=0A2B;ModelName=PowerEdge R650)',
       serial_number: 'GX7Q2K3',
       manufacturer: 'Dell Inc.',
       firmware: { vendor: 'Dell Inc.', version: '1.9.2', build_date: '06/16/2023' },

@@ -103,7 +103,8 @@ describe('recorded: a laptop-like machine (Debian kernel in QEMU under OVMF, mac
   it('booted through UEFI; system_vendor from the SMBIOS strings, firmware from OVMF; no BMC', async () => {
     expect(inv.boot).toEqual({ current_boot_mode: 'uefi', pxe_interface: null });
     expect(inv.system_vendor).toEqual({
-      product_name: 'Laptop-like L14 (QEMU)',
+      // lshw's form, as in IPA's inventory: the SKU (L14-QEMU) in parentheses after the product.
+      product_name: 'Laptop-like L14 (QEMU) (L14-QEMU)',
       serial_number: 'REC-LAPTOP-0001',
       manufacturer: 'INA Recorded Notebooks',
       firmware: { vendor: 'EFI Development Kit II / OVMF', version: '0.0.0', build_date: '02/06/2015' },
@@ -132,7 +133,7 @@ describe('recorded: a laptop-like machine (Debian kernel in QEMU under OVMF, mac
     expect(inv.memory.physical_mb).toBe(1536);
     expect(inv.cpu).toMatchObject({ count: 2, architecture: 'x86_64', socket_count: 1 });
     expect(inventorySummary(inv)).toBe(
-      '2 CPU x86_64, 1536 MiB, 2 disks, 2 NICs, INA Recorded Notebooks Laptop-like L14 (QEMU)',
+      '2 CPU x86_64, 1536 MiB, 2 disks, 2 NICs, INA Recorded Notebooks Laptop-like L14 (QEMU) (L14-QEMU)',
     );
   });
 });

@@ -18,7 +18,7 @@ import { restartLine } from '../last-words.ts';
 import { IronicApi } from './ironic-api.ts';
 import { lookupNode, type LookupResult } from './lookup.ts';
 import { acceptToken, type LookupConfig } from './lookup-reply.ts';
-import { inspect, type InspectionDeps } from '../inspect/flow.ts';
+import { inspectUntilAnswered, type InspectionDeps } from '../inspect/flow.ts';
 import { waitForNicMacs } from './nics.ts';
 import { V_TOKEN_ON_GET, V_VERIFY_CA, VersionCache } from './versions.ts';
 
@@ -229,7 +229,7 @@ export class ConductorLink {
    */
   private async inspectFirst(boot: Boot): Promise<string | undefined> {
     if (this.config.inspection.callbackUrls.length === 0) return undefined;
-    const result = await inspect({
+    const result = await inspectUntilAnswered({
       config: this.config,
       log: this.log,
       state: this.state,

@@ -1,6 +1,7 @@
-// Posting the inspection payload (IPA's `call_inspector`): JSON to each callback URL in turn, up to five
-// attempts while the answer is a connection failure, 409 or 5xx, waiting 5, 5, 6 and 12 s between them
-// (IPA's exponential backoff), all within `ipa-inspection-timeout`.
+// Posting the inspection payload (IPA's `call_inspector`): JSON to each callback URL in turn, again while the
+// answer is a connection failure, 409 or 5xx, waiting 5, 5, 6, 12, 24 and then 30 s between attempts (IPA's
+// exponential backoff), within `ipa-inspection-timeout`. IPA stops after five attempts and leaves the process,
+// which its supervisor restarts to inspect again; flow.ts repeats the round instead.
 // Without a version header Ironic answers `{"uuid"}` (API 1.1, what IPA sends). With 1.84 or later it
 // answers like lookup and creates the agent token at that moment, so the token must be kept from this
 // reply: a later lookup only shows "******". The agent asks for 1.84 when it knows the conductor has it.
@@ -10,8 +11,8 @@ import { InvalidLookupReply, parseLookupReply, type LookupReply } from '../condu
 import type { Logger } from '../log.ts';
 
 export const V_INSPECTION_TOKEN = 84;
-const ATTEMPTS = 5;
-const WAITS_S = [5, 5, 6, 12];
+/** IPA's wait before attempt n + 1: 1.5 × 2^(n-1) s, at least 5 and at most 30. */
+const waitS = (n: number) => Math.min(30, Math.max(5, 1.5 * 2 ** (n - 1)));
 
 export type CallbackOutcome =
   | { kind: 'accepted'; status: number; nodeUuid?: string; lookup?: LookupReply; attempts: number }
@@ -56,7 +57,7 @@ export async function postInspection(
       ? `1.${V_INSPECTION_TOKEN}`
       : undefined;
   let last = '';
-  for (let n = 1; n <= ATTEMPTS; n++) {
+  for (let n = 1; ; n++) {
     try {
       const reply = await deps.api.send('POST', '', { body: payload, version, signal: deps.signal });
       if (reply.status < 300)
@@ -68,11 +69,9 @@ export async function postInspection(
       if (deps.signal?.aborted || !(err instanceof ConductorUnreachable)) throw err;
       last = err.message;
     }
-    const wait = WAITS_S[n - 1];
-    const left = deadline - deps.clock.now();
-    if (wait === undefined || left <= wait * 1000) return { kind: 'failed', reason: last, attempts: n };
+    const wait = waitS(n);
+    if (deadline - deps.clock.now() <= wait * 1000) return { kind: 'failed', reason: last, attempts: n };
     deps.log.warn({ attempt: n, reason: last, retryInS: wait }, 'inspection callback failed, will retry');
     await deps.clock.sleep(wait * 1000, deps.signal);
   }
-  return { kind: 'failed', reason: last, attempts: ATTEMPTS };
 }

@@ -82,13 +82,12 @@ export async function inspect(deps: InspectionDeps): Promise<InspectionResult> {
   const sources: InventorySources = { ...(await liveSources(config, log, root)), ...deps.sources };
   state.update({ phase: 'inspecting', inspection: { phase: 'collecting', at: Date.now() / 1000 } });
   if (config.inspection.collectLldp && !sources.lldp) {
-    // The deprecated ipa-collect-lldp puts TLVs into the inventory; a failed capture leaves them empty.
-    sources.lldp = await captureLldp(await candidateNames(root), { timeoutS: config.inspection.lldpTimeoutS }).catch(
-      (err: Error) => {
-        log.warn({ err: err.message }, 'LLDP capture failed');
-        return {};
-      },
-    );
+    // The deprecated ipa-collect-lldp puts TLVs into the inventory; an interface not listened to gets null.
+    const { frames, errors } = await captureLldp(await candidateNames(root), {
+      timeoutS: config.inspection.lldpTimeoutS,
+    });
+    if (Object.keys(errors).length > 0) log.warn({ errors }, 'LLDP capture failed');
+    sources.lldp = frames;
   }
   let inventory: Promise<Inventory> | undefined;
   let collectionMs: number | undefined;
@@ -167,4 +166,22 @@ export async function inspect(deps: InspectionDeps): Promise<InspectionResult> {
   // As IPA: a collector failure or a refusal means no node UUID for the lookup that follows.
   if (!ok || outcome.kind !== 'accepted') return { outcome };
   return { outcome, nodeUuid: outcome.nodeUuid, lookup: outcome.lookup };
+}
+
+/** The pause before inspecting again after a round whose payload reached no callback URL. */
+const ROUND_PAUSE_MS = 30_000;
+
+/**
+ * Inspects until a callback URL answers: IPA leaves the process when its attempts are spent, and its
+ * supervisor starts it (and the inspection) again, so an Ironic API that is down for a while costs a delay,
+ * not the node's inspection. Outcomes that no repetition changes (an answer, a refusal, a setting the agent
+ * cannot follow: no attempt made) end it, as does cancellation.
+ */
+export async function inspectUntilAnswered(deps: InspectionDeps): Promise<InspectionResult> {
+  for (;;) {
+    const result = await inspect(deps);
+    if (result.outcome.kind !== 'failed' || result.outcome.attempts === 0) return result;
+    deps.log.warn({ reason: result.outcome.reason }, 'the inspection reached no callback URL; inspecting again');
+    await deps.clock.sleep(ROUND_PAUSE_MS, deps.signal);
+  }
 }

@@ -107,7 +107,7 @@ export async function readInterfaces(root: HostRoot, src: InterfaceSources = {})
       ipv4_address: firstAddress(addresses[name], name, 'IPv4'),
       ipv6_address: firstAddress(addresses[name], name, 'IPv6'),
       has_carrier: (await root.read(`${base}/carrier`)) === '1',
-      lldp: src.lldp ? (src.lldp[name] ?? []) : null,
+      lldp: src.lldp?.[name] ?? null,
       vendor,
       product: await root.read(`${base}/device/device`),
       client_id: clientId,

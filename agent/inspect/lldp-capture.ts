@@ -1,11 +1,10 @@
 // Listening for LLDP. Node cannot open AF_PACKET sockets, so each interface gets a `tcpdump` that stops
 // after the first LLDP frame and writes it as pcap to stdout. tcpdump puts the NIC in promiscuous mode
 // while it runs (as IPA does) and restores it on exit. Like IPA, links are not brought up, and every
-// interface without a frame within the window gets []; unlike IPA, one interface failing does not empty the others.
+// interface without a frame within the window gets []. An interface whose capture failed is left out (its
+// inventory `lldp` is then null, IPA's value for "not collected"), and the others keep their frames.
 import { spawn } from 'node:child_process';
 import { LLDP_ETHERTYPE, parseLldpFrame, pcapPackets, type LldpTlv } from './lldp.ts';
-
-export class LldpCaptureError extends Error {}
 
 export interface CaptureOptions {
   timeoutS: number;
@@ -28,7 +27,7 @@ function captureOne(name: string, opts: CaptureOptions): Promise<LldpTlv[]> {
     }, opts.timeoutS * 1000);
     child.on('error', (err) => {
       clearTimeout(timer);
-      reject(new LldpCaptureError(`cannot run tcpdump: ${err.message}`));
+      reject(new Error(`cannot run tcpdump: ${err.message}`));
     });
     child.on('close', (code) => {
       clearTimeout(timer);
@@ -36,18 +35,30 @@ function captureOne(name: string, opts: CaptureOptions): Promise<LldpTlv[]> {
       try {
         frames = pcapPackets(Buffer.concat(out));
       } catch (err) {
-        if (!windowClosed) return reject(new LldpCaptureError(`tcpdump on ${name}: ${(err as Error).message}`));
+        if (!windowClosed) return reject(new Error(`tcpdump on ${name}: ${(err as Error).message}`));
       }
       if (frames.length > 0) return resolve(parseLldpFrame(frames[0]!));
       // Stopped at the end of the window (tcpdump exits 0 on SIGTERM): no frame arrived.
       if (windowClosed) return resolve([]);
-      reject(new LldpCaptureError(`tcpdump on ${name} exited with ${code}: ${stderr.trim().split('\n').at(-1) ?? ''}`));
+      reject(new Error(`tcpdump on ${name} exited with ${code}: ${stderr.trim().split('\n').at(-1) ?? ''}`));
     });
   });
 }
 
+export interface LldpCapture {
+  /** The first frame's TLVs per interface listened to; [] where none came within the window. */
+  frames: Record<string, LldpTlv[]>;
+  /** Why an interface could not be listened to, per interface. */
+  errors: Record<string, string>;
+}
+
 /** The first LLDP frame's TLVs per interface, all interfaces listened to at once. */
-export async function captureLldp(names: readonly string[], opts: CaptureOptions): Promise<Record<string, LldpTlv[]>> {
-  const results = await Promise.all(names.map((n) => captureOne(n, opts)));
-  return Object.fromEntries(names.map((n, i) => [n, results[i]!]));
+export async function captureLldp(names: readonly string[], opts: CaptureOptions): Promise<LldpCapture> {
+  const results = await Promise.allSettled(names.map((n) => captureOne(n, opts)));
+  const capture: LldpCapture = { frames: {}, errors: {} };
+  results.forEach((r, i) => {
+    if (r.status === 'fulfilled') capture.frames[names[i]!] = r.value;
+    else capture.errors[names[i]!] = (r.reason as Error).message;
+  });
+  return capture;
 }

@@ -17,8 +17,11 @@ export interface BootInfo {
 
 export async function readSystemVendor(root: HostRoot): Promise<SystemVendor> {
   const dmi = async (name: string) => (await root.read(`/sys/class/dmi/id/${name}`)) ?? '';
+  const sku = await dmi('product_sku');
   return {
-    product_name: await dmi('product_name'),
+    // lshw (IPA's source) appends a non-empty SKU in parentheses: "PowerEdge R640 (SKU=…;ModelName=…)".
+    // Inspection rules and earlier inventories compare the whole string.
+    product_name: (await dmi('product_name')) + (sku ? ` (${sku})` : ''),
     serial_number: await dmi('product_serial'),
     manufacturer: await dmi('sys_vendor'),
     firmware: {

@@ -1,12 +1,12 @@
 // Inspection when Ironic gave only `ipa-inspection-callback-url` (managed inspection without fast track):
-// inspect once, then serve the API without lookup or heartbeat until the conductor powers the machine
-// off, as IPA does. Nothing that goes wrong here ends the process.
+// inspect (again, until a callback URL answers), then serve the API without lookup or heartbeat until the
+// conductor powers the machine off, as IPA does. Nothing that goes wrong here ends the process.
 import type { Agent } from '../agent.ts';
 import type { Config } from '../config/config.ts';
 import { realClock } from '../clock.ts';
 import { waitForNicMacs } from '../conductor/nics.ts';
 import type { Logger } from '../log.ts';
-import { inspect } from './flow.ts';
+import { inspectUntilAnswered } from './flow.ts';
 
 export async function inspectWithoutConductor(agent: Agent, config: Config, log: Logger): Promise<void> {
   const { state } = agent.services;
@@ -15,7 +15,7 @@ export async function inspectWithoutConductor(agent: Agent, config: Config, log:
   if (macs.length === 0)
     log.warn({ waitedS: config.lookup.nicWaitS }, 'no network interface with a MAC address; inspecting anyway');
   try {
-    const result = await inspect({ config, log, state, clock: realClock });
+    const result = await inspectUntilAnswered({ config, log, state, clock: realClock });
     log.info({ node: result.nodeUuid, outcome: result.outcome.kind }, 'inspection done; no conductor to look up');
   } catch (err) {
     log.error({ err: (err as Error).message }, 'inspection failed');

@@ -52,8 +52,19 @@ export const collectors: Readonly<Record<string, Collector>> = {
   'pci-devices': async (ctx, data) => {
     data.pci_devices = await readPciDevices(ctx.root);
   },
+  // IPA's hardware manager returns {} when the capture fails, so a missing tool or an unreadable NIC costs the
+  // switch data, not the inspection (Ironic fails an inspection whose `error` is set).
   lldp: async (ctx, data) => {
-    data.lldp_raw = await captureLldp(await candidateNames(ctx.root), { timeoutS: ctx.lldpTimeoutS });
+    const { frames, errors } = await captureLldp(await candidateNames(ctx.root), { timeoutS: ctx.lldpTimeoutS });
+    if (Object.keys(errors).length > 0) ctx.log.warn({ errors }, 'lldp: interfaces not listened to');
+    data.lldp_raw = frames;
+  },
+  // Known to IPA (python-hardware's hardware-detect, which this ramdisk does not carry): a failure recorded
+  // in `error` with the inventory still posted, as IPA does when the tool fails, not an unknown name.
+  'extra-hardware': async () => {
+    throw new Error(
+      'hardware-detect (python-hardware) is not part of this agent; drop extra-hardware from ipa-inspection-collectors',
+    );
   },
   'numa-topology': async (ctx, data) => {
     try {
