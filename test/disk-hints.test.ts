@@ -1,5 +1,8 @@
-import { describe, expect, it } from 'vitest';
+import { rm } from 'node:fs/promises';
+import { afterAll, describe, expect, it } from 'vitest';
 import { HintError, matchesHints, parseHints, quote } from '../agent/disk/hints.ts';
+import { sysByPath } from '../agent/disk/sysfs.ts';
+import { buildTree } from './helpers/sys-tree.ts';
 
 const GiB = 2 ** 30;
 const disk = {
@@ -13,7 +16,7 @@ const disk = {
   wwn_vendor_extension: null,
   rotational: false,
   hctl: '1:0:0:0',
-  by_path: '/dev/disk/by-path/pci-0000:00:1f.2-ata-1',
+  by_path: '/dev/disk/by-path/pci-0000:00:1f.2-ata-1.0',
   tran: 'sata',
 };
 
@@ -54,7 +57,7 @@ describe('root device hints', () => {
     [{ name: '/dev/sda' }, true],
     [{ name: 'sda' }, false],
     [{ hctl: '1:0:0:0' }, true],
-    [{ by_path: '/dev/disk/by-path/pci-0000:00:1f.2-ata-1' }, true],
+    [{ by_path: '/dev/disk/by-path/pci-0000:00:1f.2-ata-1.0' }, true],
     [{ tran: 'sata', size: '>= 100', model: '<in> samsung' }, true],
     [{ tran: 'sata', size: '>= 200' }, false],
   ])('%j matches: %s', (hints, expected) => {
@@ -83,5 +86,43 @@ describe('root device hints', () => {
 
   it('quotes like Python quote(): spaces and colons escaped, slashes kept', () => {
     expect(quote('a b/c:d')).toBe('a%20b/c%3Ad');
+  });
+});
+
+describe("sysByPath: udev path_id's names, from sysfs", () => {
+  const trees: string[] = [];
+  afterAll(async () => {
+    for (const t of trees) await rm(t, { recursive: true, force: true });
+  });
+  const pciAta = 'devices/pci0000:00/0000:00:1f.2/ata3';
+  const nvmeNs = 'devices/pci0000:00/0000:01:00.0/nvme/nvme0';
+
+  it('ATA: the port_no of the ata port and the target (the port behind a multiplier), not the kernel ataN', async () => {
+    const root = await buildTree({
+      [`${pciAta}/ata_port/ata3/port_no`]: '1\n',
+      [`${pciAta}/host2/target2:0:0/2:0:0:0/scsi_device/2:0:0:0/dev`]: '',
+      [`${pciAta}/host2/target2:0:0/2:0:0:0/block/sda/size`]: '0\n',
+      'block/sda': { link: `../${pciAta}/host2/target2:0:0/2:0:0:0/block/sda` },
+      [`${pciAta}/host2/target2:0:0/2:0:0:0/block/sda/device`]: { link: '../..' },
+      [`${pciAta}/host2/target2:3:0/2:3:0:0/scsi_device/2:3:0:0/dev`]: '',
+      [`${pciAta}/host2/target2:3:0/2:3:0:0/block/sdb/size`]: '0\n',
+      'block/sdb': { link: `../${pciAta}/host2/target2:3:0/2:3:0:0/block/sdb` },
+      [`${pciAta}/host2/target2:3:0/2:3:0:0/block/sdb/device`]: { link: '../..' },
+    });
+    trees.push(root);
+    expect(await sysByPath('sda', `${root}/block`)).toBe('/dev/disk/by-path/pci-0000:00:1f.2-ata-1.0');
+    expect(await sysByPath('sdb', `${root}/block`)).toBe('/dev/disk/by-path/pci-0000:00:1f.2-ata-1.3.0');
+  });
+
+  it("NVMe: the namespace's nsid, whatever the kernel numbered its block device", async () => {
+    const root = await buildTree({
+      [`${nvmeNs}/nvme0n1/nsid`]: '2\n',
+      [`${nvmeNs}/nvme0n2/nsid`]: '3\n',
+      'block/nvme0n1': { link: `../${nvmeNs}/nvme0n1` },
+      'block/nvme0n2': { link: `../${nvmeNs}/nvme0n2` },
+    });
+    trees.push(root);
+    expect(await sysByPath('nvme0n1', `${root}/block`)).toBe('/dev/disk/by-path/pci-0000:01:00.0-nvme-2');
+    expect(await sysByPath('nvme0n2', `${root}/block`)).toBe('/dev/disk/by-path/pci-0000:01:00.0-nvme-3');
   });
 });

@@ -85,6 +85,46 @@ describe('chooseRootDevice', () => {
     expect((await chooseRootDevice(services)).path).toBe(big.path);
   });
 
+  it("takes instance_info.root_device before properties', and properties' when instance_info's is empty", async () => {
+    const withNode = (instance_info: Record<string, unknown>) => {
+      const services = diskServices(paths);
+      services.state.update({
+        node: { uuid: 'n1', properties: { root_device: { size: 6 } }, instance_info, driver_internal_info: {} },
+      });
+      return chooseRootDevice(services).then((d) => d.path);
+    };
+    expect(await withNode({ root_device: { size: 5 } })).toBe(mid.path);
+    expect(await withNode({ root_device: {} })).toBe(big.path);
+    expect(await withNode({ root_device: null })).toBe(big.path);
+  });
+
+  it.each([
+    ['root device hints given as a string', () => ({}), () => ({ root_device: big.path }), /hints must be an object/],
+    [
+      'a skip list of strings',
+      () => ({ skip_block_devices: [mid.path] }),
+      () => ({}),
+      /must be a list of hint objects/,
+    ],
+    [
+      'a skip list that is one object',
+      () => ({ skip_block_devices: { name: mid.path } }),
+      () => ({}),
+      /must be a list/,
+    ],
+  ] as [string, () => Record<string, unknown>, () => Record<string, unknown>, RegExp][])(
+    'refuses %s (DeviceNotFound) instead of choosing a disk',
+    async (_what, properties, instanceInfo, why) => {
+      const services = diskServices(paths);
+      services.state.update({
+        node: { uuid: 'n1', properties: properties(), instance_info: instanceInfo(), driver_internal_info: {} },
+      });
+      const err = await chooseRootDevice(services).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(DeviceNotFound);
+      expect((err as Error).message).toMatch(why);
+    },
+  );
+
   it('honours the node skip_block_devices and the agent skip list', async () => {
     const services = diskServices(paths);
     services.state.update({

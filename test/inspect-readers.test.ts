@@ -211,8 +211,11 @@ describe('built: a server with a bond, VLANs, IPoIB, SATA + NVMe disks, DMI and 
       [`${PCI}/0000:00:17.0/ata3/host2/target2:0:0/2:0:0:0/vendor`]: 'ATA     \n',
       [`${PCI}/0000:00:17.0/ata3/host2/target2:0:0/2:0:0:0/wwid`]: 'naa.5002538e40a1b2c3\n',
       [`${PCI}/0000:00:17.0/ata3/host2/target2:0:0/2:0:0:0/scsi_device/2:0:0:0/.keep`]: '',
+      // The kernel numbers ATA ports machine-wide (ata3); udev's by-path uses the port's number on its controller.
+      [`${PCI}/0000:00:17.0/ata3/ata_port/ata3/port_no`]: '2\n',
       'sys/block/nvme0n1': { link: '../devices/pci0000:00/0000:65:00.0/nvme/nvme0/nvme0n1' },
       [`${PCI}/0000:65:00.0/nvme/nvme0/nvme0n1/wwid`]: 'eui.0025388a21b3c4d5\n',
+      [`${PCI}/0000:65:00.0/nvme/nvme0/nvme0n1/nsid`]: '1\n',
       [`${PCI}/0000:65:00.0/nvme/nvme0/nvme0n1/device`]: { link: '../../nvme0' },
       [`${PCI}/0000:65:00.0/nvme/nvme0/serial`]: 'S4EVNF0M123456\n',
       'dev/ipmi0': '',
@@ -344,7 +347,7 @@ describe('built: a server with a bond, VLANs, IPoIB, SATA + NVMe disks, DMI and 
     expect(inv.disks.map((d) => d.name)).toEqual(['/dev/sda', '/dev/nvme0n1']);
     expect(inv.disks[0]).toMatchObject({
       hctl: '2:0:0:0',
-      by_path: '/dev/disk/by-path/pci-0000:00:17.0-ata-3',
+      by_path: '/dev/disk/by-path/pci-0000:00:17.0-ata-2.0',
       tran: 'sata',
       vendor: 'ATA',
       wwn: '0x5002538e40a1b2c3',

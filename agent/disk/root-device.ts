@@ -9,11 +9,34 @@ import { parseHintsOrThrow, skipList } from './skip-list.ts';
 
 export const MIN_ROOT_DISK_BYTES = 4 * 2 ** 30;
 
-/** Hints as the node carries them: instance_info.root_device first, then properties.root_device. */
-export function nodeRootHints(services: Pick<AgentServices, 'state'>): Record<string, unknown> | undefined {
-  const node = services.state.status.node;
-  const hints = node?.instance_info?.root_device ?? node?.properties?.root_device;
-  return isObject(hints) && Object.keys(hints).length > 0 ? hints : undefined;
+/** What Python reads as false: the values IPA's `instance_info.get(…) or properties.get(…)` passes over. */
+function unset(v: unknown): boolean {
+  return (
+    v === undefined ||
+    v === null ||
+    v === '' ||
+    v === false ||
+    v === 0 ||
+    (Array.isArray(v) && v.length === 0) ||
+    (isObject(v) && Object.keys(v).length === 0)
+  );
+}
+
+/**
+ * A node's root device hints: instance_info.root_device, or properties.root_device where that is unset (an
+ * empty `{}` in instance_info does not hide the node's own hints). Hints that are not an object are refused,
+ * as IPA's parser refuses them, rather than read as "no hints" (which would pick the smallest disk).
+ */
+export function rootHintsOf(node: unknown): Record<string, unknown> | undefined {
+  const n = isObject(node) ? node : {};
+  const instance = isObject(n.instance_info) ? n.instance_info.root_device : undefined;
+  const hints = unset(instance) ? (isObject(n.properties) ? n.properties.root_device : undefined) : instance;
+  if (unset(hints)) return undefined;
+  if (!isObject(hints))
+    throw new DeviceNotFound(
+      `No suitable device was found for deployment: the root device hints must be an object of hint names and values, got ${JSON.stringify(hints)}`,
+    );
+  return hints;
 }
 
 function describe(d: BlockDevice): string {
@@ -44,7 +67,7 @@ async function candidates(services: AgentServices): Promise<{ usable: BlockDevic
 
 /** Picks the install disk. `hints` default to the node's; no match is a DeviceNotFound listing every disk seen. */
 export async function chooseRootDevice(services: AgentServices, hints?: Record<string, unknown>): Promise<BlockDevice> {
-  const given = hints && Object.keys(hints).length > 0 ? hints : nodeRootHints(services);
+  const given = hints && Object.keys(hints).length > 0 ? hints : rootHintsOf(services.state.status.node);
   const parsed = given ? parseHintsOrThrow(given, 'these hints') : null;
   const { usable, seen } = await candidates(services);
   const seenText = seen.length > 0 ? seen.join('; ') : 'no block devices at all';

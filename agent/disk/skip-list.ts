@@ -27,8 +27,16 @@ export function skipList(services: Pick<AgentServices, 'config' | 'state'>): Ski
     parseHintsOrThrow({ name: path }, 'skip_block_devices'),
   );
   const list = services.state.status.node?.properties?.skip_block_devices;
+  // A list the agent cannot read protects nothing: refuse it (IPA's parser fails on it too) rather than
+  // treat it as empty and leave the disks it was meant to protect open to deploys and erasure.
+  const refuse = (what: unknown) =>
+    new DeviceNotFound(
+      `properties.skip_block_devices must be a list of hint objects (e.g. [{"name": "/dev/sdb"}]); cannot use ${JSON.stringify(what)}`,
+    );
+  if (list !== undefined && list !== null && list !== '' && !Array.isArray(list)) throw refuse(list);
   for (const entry of Array.isArray(list) ? list : []) {
-    if (!isObject(entry) || 'volume_name' in entry) continue;
+    if (!isObject(entry)) throw refuse(entry);
+    if ('volume_name' in entry) continue;
     sets.push(parseHintsOrThrow(entry, 'skip_block_devices'));
   }
   return (dev) => sets.some((hints) => matchesHints(ipaView(dev), hints));

@@ -30,9 +30,11 @@ export async function sysHctl(name: string, sysBlock = SYS_BLOCK): Promise<strin
 }
 
 /**
- * The persistent path name udev's path_id would give (`pci-0000:00:1f.2-ata-1`, `pci-0000:01:00.0-nvme-1`,
- * `pci-0000:00:05.0`, `pci-0000:00:10.0-scsi-0:0:1:0`), derived from the device's sysfs location. Only the
- * common PCI-attached layouts are covered; anything else (loop, ram, platform devices) has none.
+ * The persistent path name udev's path_id would give (`pci-0000:00:1f.2-ata-1.0`, `pci-0000:01:00.0-nvme-1`,
+ * `pci-0000:00:05.0`, `pci-0000:00:10.0-scsi-0:0:1:0`), derived from the device's sysfs location, so that a
+ * `by_path` hint copied from an installed system or an IPA inventory names the same disk. ATA: the port's
+ * `port_no` and the target (behind a port multiplier, its port); NVMe: the namespace id, not the kernel's
+ * instance number. Only the common PCI-attached layouts are covered; anything else has none.
  */
 export async function sysByPath(name: string, sysBlock = SYS_BLOCK): Promise<string | null> {
   let dev: string;
@@ -45,12 +47,19 @@ export async function sysByPath(name: string, sysBlock = SYS_BLOCK): Promise<str
   const pci = parts.filter((p) => /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/.test(p)).at(-1);
   if (!pci) return null;
   let suffix = '';
-  const ata = parts.find((p) => /^ata\d+$/.test(p));
-  const nvme = /^nvme\d+n(\d+)$/.exec(name);
+  const ataAt = parts.findIndex((p) => /^ata\d+$/.test(p));
   const hctl = await sysHctl(name, sysBlock);
-  if (ata) suffix = `-ata-${ata.slice(3)}`;
-  else if (nvme) suffix = `-nvme-${nvme[1]}`;
-  else if (hctl) suffix = `-scsi-${hctl}`;
+  if (ataAt >= 0) {
+    const port = parts.slice(0, ataAt + 1).join('/');
+    const portNo = await readSys(`${port}/ata_port/${parts[ataAt]}/port_no`);
+    const [, bus, target] = (hctl ?? '').split(':');
+    if (!portNo || bus === undefined || target === undefined) return null;
+    suffix = bus !== '0' ? `-ata-${portNo}.${bus}.0` : `-ata-${portNo}.${target}`;
+  } else if (/^nvme\d+n\d+$/.test(name)) {
+    const nsid = await readSys(`${sysBlock}/${name}/nsid`);
+    if (!nsid) return null;
+    suffix = `-nvme-${nsid}`;
+  } else if (hctl) suffix = `-scsi-${hctl}`;
   return `/dev/disk/by-path/pci-${pci}${suffix}`;
 }
 

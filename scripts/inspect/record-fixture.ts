@@ -150,9 +150,13 @@ for (const b of ls('/sys/block')) {
     'device/vendor',
     'device/serial',
     'device/wwid',
+    // by_path: udev names an NVMe namespace by its nsid, an ATA disk by its port's port_no.
+    'nsid',
   ])
     file(`${base}/${f}`);
   for (const h of ls(`${base}/device/scsi_device`)) dir(`${base}/device/scsi_device/${h}`);
+  const ata = /^(.*\/(ata\d+))\//.exec(walk(base));
+  if (ata) file(`${ata[1]}/ata_port/${ata[2]}/port_no`);
 }
 for (const p of ls('/sys/bus/pci/devices')) {
   for (const f of ['vendor', 'device', 'class', 'revision', 'numa_node']) file(`/sys/bus/pci/devices/${p}/${f}`);

@@ -16,7 +16,7 @@ const CALLBACK_PORT = 5050;
 const MEMORY_MIB = 1280;
 const MACS = ['52:54:00:1a:00:01', '52:54:00:1a:00:02'];
 const NVME_SERIAL = 'INANVME0042';
-const SMBIOS = { manufacturer: 'INA Test Works', product: 'Inspector 9000', serial: 'SN-INA-21' };
+const SMBIOS = { manufacturer: 'INA Test Works', product: 'Inspector 9000', serial: 'SN-INA-21', sku: 'INA-9000-S' };
 const GiB = 1024 ** 3;
 
 let work: Awaited<ReturnType<typeof workDir>>;
@@ -66,7 +66,9 @@ describe('inspection of a QEMU machine', () => {
       moreNics: [MACS[1]!],
       smp: 2,
       memoryMiB: MEMORY_MIB,
-      smbios: [`type=1,manufacturer=${SMBIOS.manufacturer},product=${SMBIOS.product},serial=${SMBIOS.serial}`],
+      smbios: [
+        `type=1,manufacturer=${SMBIOS.manufacturer},product=${SMBIOS.product},serial=${SMBIOS.serial},sku=${SMBIOS.sku}`,
+      ],
       forwards: [{ guestPort: CALLBACK_PORT, hostPort }],
       append: () =>
         `ipa-inspection-callback-url=http://${HOST_IN_GUEST}:${CALLBACK_PORT}/v1/continue_inspection ` +
@@ -108,7 +110,8 @@ describe('inspection of a QEMU machine', () => {
     });
     expect(inv.system_vendor).toMatchObject({
       manufacturer: SMBIOS.manufacturer,
-      product_name: SMBIOS.product,
+      // lshw's form (IPA's source): the SKU in parentheses.
+      product_name: `${SMBIOS.product} (${SMBIOS.sku})`,
       serial_number: SMBIOS.serial,
     });
     expect(inv.system_vendor.firmware.vendor).not.toBe('');

@@ -6,6 +6,7 @@ import { checkVersions, stepsResult, type StepDescription } from '../../disk/har
 import { injectFiles, parseInjectFiles, parseVerifyCa } from '../../disk/inject-files.ts';
 import { AgentError } from '../../errors.ts';
 import { prepareImage } from '../../image/prepare.ts';
+import { rootHintsOf } from '../../disk/root-device.ts';
 import { nodeFromParams } from '../../state.ts';
 import { isObject, optObject, reqObject } from '../params.ts';
 import { command, type CommandContext, type Extension } from '../types.ts';
@@ -48,13 +49,6 @@ interface DeployStepParams {
   deployVersion?: Record<string, unknown>;
 }
 
-export function nodeHints(node: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
-  const fromInstance = isObject(node?.instance_info) ? node.instance_info.root_device : undefined;
-  const fromProperties = isObject(node?.properties) ? node.properties.root_device : undefined;
-  const hints = fromInstance ?? fromProperties;
-  return isObject(hints) && Object.keys(hints).length > 0 ? hints : undefined;
-}
-
 export type Runner = (
   args: Record<string, unknown>,
   node: Record<string, unknown> | undefined,
@@ -64,7 +58,7 @@ export type Runner = (
 export const deployRunners: Readonly<Record<string, Runner>> = {
   async write_image(args, node, ctx) {
     const { info, configdrive } = parsePrepareImage(args, ctx.config);
-    return { result: `prepare_image: ${await prepareImage(ctx, { info, configdrive, hints: nodeHints(node) })}` };
+    return { result: `prepare_image: ${await prepareImage(ctx, { info, configdrive, hints: rootHintsOf(node) })}` };
   },
   async erase_devices_metadata(_args, _node, ctx) {
     return cleanRunners.erase_devices_metadata!(ctx, {});
@@ -75,7 +69,7 @@ export const deployRunners: Readonly<Record<string, Runner>> = {
     const fromNode = parseInjectFiles(isObject(node?.properties) ? node.properties.inject_files : undefined);
     const files = [...fromNode, ...parseInjectFiles(args.files)];
     parseVerifyCa(args.verify_ca);
-    await injectFiles(ctx, files, nodeHints(node));
+    await injectFiles(ctx, files, rootHintsOf(node));
     return null;
   },
 };
