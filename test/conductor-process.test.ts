@@ -26,6 +26,7 @@ function agentProcess(apiUrl: string, extra: string[] = []) {
     '--ipa-listen-host=127.0.0.1',
     '--ipa-listen-port=0',
     '--ipa-nic-wait-timeout=0',
+    '--device-allowlist=/dev/null',
     ...extra,
   ];
   return execa(process.execPath, ['--import', 'tsx', 'agent/main.ts', ...args], { reject: false, timeout: 60_000 });

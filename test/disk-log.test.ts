@@ -18,6 +18,7 @@ describe('log.collect_system_logs', () => {
         ['standalone', 'true'],
         ['ipa-listen-host', '127.0.0.1'],
         ['ipa-listen-port', '0'],
+        ['device-allowlist', '/dev/null'],
       ]),
     );
     const logger = createLogger({ debug: false, quiet: true });

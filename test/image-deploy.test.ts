@@ -5,10 +5,10 @@ import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import pino from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { LogRing } from '../agent/log.ts';
 import { attachLoop, detachLoop, MiB, type LoopDevice } from './helpers/loop.ts';
-import { readDevice, readMarker, runCommand, runToEnd, sha256, startImageAgent } from './helpers/image-agent.ts';
+import { paint, readDevice, readMarker, runCommand, runToEnd, sha256, startImageAgent } from './helpers/image-agent.ts';
 import { call } from './helpers/api-harness.ts';
 import { startImageServer, type ImageServer } from './helpers/image-server.ts';
 import { compress, makeDiskImage, toQcow2, workDir, type DiskImage } from './helpers/make-image.ts';
@@ -25,6 +25,11 @@ beforeAll(async () => {
   mbr = await makeDiskImage(work.dir, { table: 'mbr' });
   server = await startImageServer();
   loop = await attachLoop(32 * MiB);
+});
+
+// Every deploy starts from a painted disk, so that a check of the written bytes cannot pass on an earlier test's image.
+beforeEach(async () => {
+  await paint(loop.path, loop.sizeBytes);
 });
 
 afterAll(async () => {

@@ -1,7 +1,7 @@
 // The download under fire: a real loopback server that drops connections, stalls, answers 404 or 500,
 // with and without byte ranges, and a real forward proxy. Each deploy goes onto a real loop device.
 import { createHash } from 'node:crypto';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { attachLoop, detachLoop, MiB, type LoopDevice } from './helpers/loop.ts';
 import { isPainted, paint, readDevice, runToEnd, startImageAgent } from './helpers/image-agent.ts';
 import { selfSignedCert, startImageServer, startProxy, type ImageServer } from './helpers/image-server.ts';
@@ -27,6 +27,11 @@ beforeAll(async () => {
   image = await readFile((await makeDiskImage(work.dir, { table: 'mbr', sizeMiB: 6 })).path);
   digest = createHash('sha256').update(image).digest('hex');
   loop = await attachLoop(16 * MiB);
+});
+
+// Every deploy starts from a painted disk, so that a check of the written bytes cannot pass on an earlier test's image.
+beforeEach(async () => {
+  await paint(loop.path, loop.sizeBytes);
 });
 
 afterEach(async () => {

@@ -70,7 +70,13 @@ function configFor(flags: Record<string, string>) {
   return buildConfig(
     new Map(),
     new Map(
-      Object.entries({ 'ipa-listen-host': '127.0.0.1', 'ipa-listen-port': '0', 'ipa-nic-wait-timeout': '0', ...flags }),
+      Object.entries({
+        'ipa-listen-host': '127.0.0.1',
+        'ipa-listen-port': '0',
+        'ipa-nic-wait-timeout': '0',
+        'device-allowlist': '/dev/null',
+        ...flags,
+      }),
     ),
   );
 }
@@ -105,6 +111,7 @@ describe('the agent process with only ipa-inspection-callback-url', () => {
         '--ipa-listen-port=0',
         '--ipa-nic-wait-timeout=0',
         '--ipa-inspection-dhcp-wait-timeout=0',
+        '--device-allowlist=/dev/null',
         `--status-file=${status}`,
       ],
       { stdio: ['ignore', 'pipe', 'pipe'] },

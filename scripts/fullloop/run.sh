@@ -23,10 +23,11 @@ ns="ina-fullloop-$$"
 cleanup() {
   local pids
   pids=$(ip netns pids "$ns" 2>/dev/null || true)
-  [ -n "$pids" ] && kill $pids 2>/dev/null
+  # A process may end between the listing and the kill: under set -e that must not end the cleanup.
+  [ -n "$pids" ] && { kill $pids 2>/dev/null || true; }
   for _ in $(seq 50); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.2; done
   pids=$(ip netns pids "$ns" 2>/dev/null || true)
-  [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+  [ -n "$pids" ] && { kill -9 $pids 2>/dev/null || true; }
   ip netns del "$ns" 2>/dev/null || true
   echo "run.sh: namespace $ns and its processes removed" >&2
 }

@@ -19,7 +19,16 @@ export async function startAgent(
 ): Promise<RunningAgent> {
   const config = buildConfig(
     new Map(),
-    new Map(Object.entries({ standalone: 'true', 'ipa-listen-host': '127.0.0.1', 'ipa-listen-port': '0', ...flags })),
+    // Root runs these tests: no disk may be writable unless a test allow-lists it (/dev/null matches none).
+    new Map(
+      Object.entries({
+        standalone: 'true',
+        'ipa-listen-host': '127.0.0.1',
+        'ipa-listen-port': '0',
+        'device-allowlist': '/dev/null',
+        ...flags,
+      }),
+    ),
   );
   const agent = createAgent(config, log, registry, clock);
   const server = await agent.listen();

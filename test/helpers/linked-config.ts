@@ -11,6 +11,8 @@ export function linkedConfig(apiUrl: string, flags: Record<string, string> = {})
         'ipa-listen-host': '127.0.0.1',
         'ipa-listen-port': '0',
         'ipa-nic-wait-timeout': '0',
+        // Root runs these tests: no disk may be writable unless a test allow-lists it.
+        'device-allowlist': '/dev/null',
         ...flags,
       }),
     ),
