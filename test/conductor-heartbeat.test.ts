@@ -188,6 +188,8 @@ describe('heartbeat schedule', () => {
     clock.advanceTo(start + 20_000);
     await beatsUntil(beats, 2);
     clock.advanceTo(start + 60_000);
+    // A second forced beat that did not coalesce would be due by now: give its request time to land.
+    await new Promise((r) => setTimeout(r, 500));
     expect(beats[1]!.forced).toBe(true);
     expect(beats[1]!.at - beats[0]!.at).toBeGreaterThan(5000);
     expect(beats[1]!.at - beats[0]!.at).toBeLessThan(5200);
@@ -222,6 +224,8 @@ describe('early heartbeat after an async command (link)', () => {
     clock.advanceTo(t0 + 3000);
     finish();
     await expect.poll(async () => (await client.lastCommand())?.command_status).toBe('SUCCEEDED');
+    // An early heartbeat sent before its 5 s would have had time to land.
+    await new Promise((r) => setTimeout(r, 500));
     expect(fake.heartbeats).toHaveLength(1);
     clock.advanceTo(t0 + 5200);
     await fake.waitFor(() => fake.heartbeats.length === 2, 'the early heartbeat');

@@ -90,6 +90,13 @@ export async function startAgentChild(device: string, opts: AgentChildOptions = 
     }
     void exited.then((code) => reject(new Error(`the agent exited (${code}) before listening:\n${output.join('\n')}`)));
   });
+  // An agent that never listens is killed, not left running with a device allow-listed after the test.
+  const deadline = setTimeout(() => child.kill('SIGKILL'), 45_000);
+  try {
+    await url;
+  } finally {
+    clearTimeout(deadline);
+  }
   return {
     url: await url,
     pid: child.pid!,
