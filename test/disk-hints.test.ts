@@ -1,7 +1,7 @@
 import { rm } from 'node:fs/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { HintError, matchesHints, parseHints, quote } from '../agent/disk/hints.ts';
-import { sysByPath } from '../agent/disk/sysfs.ts';
+import { sysByPath, sysIdentity } from '../agent/disk/sysfs.ts';
 import { buildTree } from './helpers/sys-tree.ts';
 
 const GiB = 2 ** 30;
@@ -124,5 +124,50 @@ describe("sysByPath: udev path_id's names, from sysfs", () => {
     trees.push(root);
     expect(await sysByPath('nvme0n1', `${root}/block`)).toBe('/dev/disk/by-path/pci-0000:01:00.0-nvme-2');
     expect(await sysByPath('nvme0n2', `${root}/block`)).toBe('/dev/disk/by-path/pci-0000:01:00.0-nvme-3');
+  });
+});
+
+describe('sysIdentity: serial and WWN without udev, as lsblk shows them with it', () => {
+  const vpd80 = (serial: string) => {
+    const text = Buffer.from(serial, 'latin1');
+    return Buffer.concat([Buffer.from([0, 0x80, 0, text.length]), text]);
+  };
+
+  it("a SAS RAID volume: the unit serial from VPD page 0x80, the whole 32-digit NAA as wwn (lsblk's ID_WWN_WITH_EXTENSION)", async () => {
+    const root = await buildTree({
+      'block/sdb/device/vpd_pg80': vpd80('  3CX0K5LT0000M1234567  '),
+      'block/sdb/device/wwid': 'naa.6d0946606b4d4d0012345678abcdef01\n',
+    });
+    try {
+      expect(await sysIdentity('sdb', `${root}/block`)).toEqual({
+        serial: '3CX0K5LT0000M1234567',
+        wwn: '0x6d0946606b4d4d0012345678abcdef01',
+        wwnWithExtension: '0x6d0946606b4d4d0012345678abcdef01',
+        wwnVendorExtension: '0x12345678abcdef01',
+      });
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
+  it('a SATA disk: libata answers page 0x80 with the ATA serial; a page that is not 0x80 or not text gives none', async () => {
+    const root = await buildTree({
+      'block/sda/device/vpd_pg80': vpd80('S3Z9NB0K123456      '),
+      'block/sda/device/wwid': 'naa.5002538e40a1b2c3\n',
+      'block/sdc/device/vpd_pg80': Buffer.from([0, 0x83, 0, 4, 0x41, 0x42, 0x43, 0x44]),
+      'block/sdd/device/vpd_pg80': Buffer.from([0, 0x80, 0, 3, 0x41, 0x07, 0x42]),
+    });
+    try {
+      expect(await sysIdentity('sda', `${root}/block`)).toEqual({
+        serial: 'S3Z9NB0K123456',
+        wwn: '0x5002538e40a1b2c3',
+        wwnWithExtension: '0x5002538e40a1b2c3',
+        wwnVendorExtension: null,
+      });
+      expect((await sysIdentity('sdc', `${root}/block`)).serial).toBeNull();
+      expect((await sysIdentity('sdd', `${root}/block`)).serial).toBeNull();
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
   });
 });

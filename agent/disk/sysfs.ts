@@ -1,6 +1,6 @@
 // Reads block-device facts straight from /sys, because inside the ramdisk there is no udev to
 // publish them (no /dev/disk/by-*, no udev database for lsblk to read).
-import { realpathSync } from 'node:fs';
+import { readFileSync, realpathSync } from 'node:fs';
 import { listSys, readSys } from '../host/sysfs.ts';
 import { basename } from 'node:path';
 
@@ -71,18 +71,41 @@ export interface SysIdentity {
 }
 
 /**
- * Serial and WWN as the kernel exposes them for virtio, NVMe and SCSI disks. A 32-digit NAA WWN is split as
- * udev splits it: the first 16 digits are the WWN, the rest its vendor extension.
+ * The unit serial number of SCSI VPD page 0x80 (`device/vpd_pg80`: a 4-byte header, then the serial, padded
+ * with spaces), which udev's scsi_id publishes for SCSI, SAS and SATA disks (libata answers the page with the
+ * ATA serial). The ramdisk has no udev, and sysfs has no text serial for these disks.
+ */
+async function vpdSerial(base: string): Promise<string | null> {
+  let page: Buffer;
+  try {
+    page = readFileSync(`${base}/device/vpd_pg80`);
+  } catch {
+    return null;
+  }
+  if (page.length < 4 || page[1] !== 0x80) return null;
+  const text = page
+    .subarray(4, 4 + page.readUInt16BE(2))
+    .toString('latin1')
+    .replace(/\0/g, '')
+    .trim();
+  return /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/.test(text) ? text : null;
+}
+
+/**
+ * Serial and WWN as the kernel exposes them for virtio, NVMe and SCSI disks. A 32-digit NAA WWN (NAA 6,
+ * registered extended: RAID volumes, SAN LUNs) is what lsblk shows as WWN with udev, and so IPA's `wwn`; udev
+ * also splits it: the first 16 digits, and the rest as the vendor extension.
  */
 export async function sysIdentity(name: string, sysBlock = SYS_BLOCK): Promise<SysIdentity> {
   const base = `${sysBlock}/${name}`;
-  const serial = (await readSys(`${base}/serial`)) ?? (await readSys(`${base}/device/serial`));
+  const serial =
+    (await readSys(`${base}/serial`)) ?? (await readSys(`${base}/device/serial`)) ?? (await vpdSerial(base));
   const wwid = (await readSys(`${base}/wwid`)) ?? (await readSys(`${base}/device/wwid`));
   const naa = wwid ? /^naa\.([0-9a-f]+)$/i.exec(wwid)?.[1]?.toLowerCase() : undefined;
   if (!naa) return { serial, wwn: wwid, wwnWithExtension: wwid, wwnVendorExtension: null };
-  const wwn = `0x${naa.slice(0, 16)}`;
+  const full = `0x${naa}`;
   const ext = naa.length > 16 ? `0x${naa.slice(16)}` : null;
-  return { serial, wwn, wwnWithExtension: ext ? `${wwn}${naa.slice(16)}` : wwn, wwnVendorExtension: ext };
+  return { serial, wwn: full, wwnWithExtension: full, wwnVendorExtension: ext };
 }
 
 export function kernelNameOf(path: string): string {
