@@ -1,11 +1,11 @@
 // writeConfigDrivePartition against real loop devices holding GPT and MBR "whole-disk images" made with
 // sgdisk/parted: placement, reuse, refusals, and the VFAT rebuild on 4 KiB-sector disks.
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ConfigDriveError, ProtectedDeviceError } from '../agent/errors.ts';
+import { BlockDeviceError, ConfigDriveError, ProtectedDeviceError } from '../agent/errors.ts';
 import { prepareConfigDrive, writeConfigDrivePartition, type ConfigDriveImage } from '../agent/configdrive/prepare.ts';
 import { rebuildAsVfat } from '../agent/configdrive/fat.ts';
 import { DEFAULT_FILES, buildIso, diskServices, toWire } from './helpers/configdrive.ts';
@@ -57,6 +57,37 @@ describe('writeConfigDrivePartition', () => {
       expect(onDisk.equals(drive.bytes)).toBe(true);
     });
   });
+
+  it('refuses to write through a partition node the kernel still has at an older place (in use), leaving that place as it was', async () => {
+    await withLoops([200 * MiB], async ([d]) => {
+      // The disk's previous layout had a partition 2 in its middle, which something still holds open: the
+      // kernel cannot drop it, so after the new image's table it still points there.
+      await execa('sgdisk', ['-n', '1:0:+32M', '-n', '2:0:+16M', d!.path]);
+      await execa('partx', ['-u', d!.path]);
+      const old = await partitionBytes(d!.path, 2);
+      const holder = await open(`${d!.path}p2`, 'r');
+      try {
+        await execa('dd', [
+          'if=/dev/zero',
+          `of=${d!.path}`,
+          'bs=1M',
+          `seek=${old.start / MiB}`,
+          'count=16',
+          'conv=fsync',
+        ]);
+        await execa('sgdisk', ['-d', '2', d!.path], { reject: false });
+        const err = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, drive).catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(BlockDeviceError);
+        expect((err as Error).message).toMatch(
+          /did not appear where the table puts them .*older partition still in use/,
+        );
+        const middle = (await readFile(d!.file)).subarray(old.start, old.start + old.size);
+        expect(middle.every((b) => b === 0)).toBe(true);
+      } finally {
+        await holder.close();
+      }
+    });
+  }, 90_000);
 
   it('adds a primary partition at the end of an MBR disk', async () => {
     await withLoops([160 * MiB], async ([d]) => {

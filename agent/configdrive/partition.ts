@@ -13,7 +13,7 @@ import { rebuildAsVfat } from './fat.ts';
 import { isConfigDriveLabel } from './format.ts';
 import type { ConfigDriveImage } from './prepare.ts';
 import { listPartitions, rescanPartitions, tableType, type Partition } from '../disk/partitions.ts';
-import { mbrTailRegion, readTable, tailPlacement, MiB, type Region } from '../disk/partition-table.ts';
+import { mbrTailRegion, readTable, tailPlacement, MiB, type Region, type TableEntry } from '../disk/partition-table.ts';
 import { kernelNameOf, partitionName, SYS_BLOCK } from '../disk/sysfs.ts';
 import { readSys } from '../host/sysfs.ts';
 
@@ -46,7 +46,7 @@ function noRoom(disk: string, region: Region, sectorSize: number): ConfigDriveEr
   );
 }
 
-async function addGptPartition(services: Services, disk: string, sectorSize: number): Promise<number> {
+async function addGptPartition(services: Services, disk: string, sectorSize: number): Promise<TableEntry> {
   const log = services.log;
   // Images are often smaller than the disk, so the backup GPT is moved to the real end (-e) in the same
   // run that adds the partition; the dry run (-P) measures the free space as it will be after that move.
@@ -65,10 +65,15 @@ async function addGptPartition(services: Services, disk: string, sectorSize: num
   const created = (await readTable(disk, log)).find((e) => e.uuid === uuid);
   if (!created)
     throw new ConfigDriveError(`The config drive partition with UUID ${uuid} was not found on ${disk} after creation`);
-  return created.number;
+  return created;
 }
 
-async function addMbrPartition(services: Services, disk: string, bytes: number, sectorSize: number): Promise<number> {
+async function addMbrPartition(
+  services: Services,
+  disk: string,
+  bytes: number,
+  sectorSize: number,
+): Promise<TableEntry> {
   const log = services.log;
   const before = await readTable(disk, log);
   const primaries = before.filter((e) => e.number <= 4);
@@ -92,7 +97,7 @@ async function addMbrPartition(services: Services, disk: string, bytes: number, 
       `Disk partitioning failed on device ${disk}: unable to find the new config drive partition`,
     );
   }
-  return added[0]!.number;
+  return added[0]!;
 }
 
 async function createPartition(services: Services, disk: string): Promise<string> {
@@ -100,12 +105,12 @@ async function createPartition(services: Services, disk: string): Promise<string
   const table = await tableType(disk, services.log);
   if (!table)
     throw new ConfigDriveError(`Disk ${disk} has no partition table, so a config drive partition cannot be added`);
-  const n =
+  const created =
     table === 'gpt'
       ? await addGptPartition(services, disk, sectorSize)
       : await addMbrPartition(services, disk, bytes, sectorSize);
-  await rescanPartitions(disk, services.log, [n]);
-  return `/dev/${partitionName(kernelNameOf(disk), n)}`;
+  await rescanPartitions(disk, services.log, [created]);
+  return `/dev/${partitionName(kernelNameOf(disk), created.number)}`;
 }
 
 function padTo(buf: Buffer, multiple: number): Buffer {

@@ -45,25 +45,40 @@ async function isBlockDevice(path: string): Promise<boolean> {
   }
 }
 
+/** A partition to wait for: its number, and where the table puts it (bytes), which the kernel's must match. */
+export interface ExpectedPartition {
+  number: number;
+  start: number;
+  size: number;
+}
+
 /**
  * Makes the kernel's partition list match the on-disk table, and waits until the node of every partition
- * in `expect` exists. `partx -u` updates partitions one by one (BLKPG), which works even when the disk is
- * busy or the whole-table re-read (BLKRRPART) is refused; the re-read is the fallback. `synced`: the caller
- * flushed its own writes already, so the system-wide `sync` first is not needed.
+ * in `expect` exists (and, given its place, the kernel has it there: a partition of the old table that is
+ * still in use keeps its number and its old place, and writing through its node would land elsewhere).
+ * `partx -u` updates partitions one by one (BLKPG), which works even when the disk is busy or the
+ * whole-table re-read (BLKRRPART) is refused; the re-read is the fallback. `synced`: the caller flushed its
+ * own writes already, so the system-wide `sync` first is not needed.
  */
 export async function rescanPartitions(
   disk: string,
   log?: Logger,
-  expect: number[] = [],
+  expect: (number | ExpectedPartition)[] = [],
   opts: { synced?: boolean } = {},
 ): Promise<void> {
   if (!opts.synced) await run('sync', [], { log });
   const diskName = kernelNameOf(disk);
   const ready = async (): Promise<boolean> => {
-    for (const n of expect) {
-      const name = partitionName(diskName, n);
-      if ((await readSys(`${SYS_BLOCK}/${diskName}/${name}/partition`)) === null) return false;
+    for (const e of expect) {
+      const name = partitionName(diskName, typeof e === 'number' ? e : e.number);
+      const sys = `${SYS_BLOCK}/${diskName}/${name}`;
+      if ((await readSys(`${sys}/partition`)) === null) return false;
       if (!(await isBlockDevice(`/dev/${name}`))) return false;
+      // sysfs counts 512-byte units whatever the sector size.
+      if (typeof e !== 'number') {
+        if (Number(await readSys(`${sys}/start`)) * 512 !== e.start) return false;
+        if (Number(await readSys(`${sys}/size`)) * 512 !== e.size) return false;
+      }
     }
     return true;
   };
@@ -81,9 +96,9 @@ export async function rescanPartitions(
       await sleep(100);
     }
   }
-  const want = expect.map((n) => `/dev/${partitionName(diskName, n)}`).join(', ');
+  const want = expect.map((e) => `/dev/${partitionName(diskName, typeof e === 'number' ? e : e.number)}`).join(', ');
   throw new BlockDeviceError(
-    `partitions ${want} of ${disk} did not appear after re-reading the table${errors.length ? `: ${errors.at(-1)}` : ''}`,
+    `partitions ${want} of ${disk} did not appear where the table puts them after re-reading it (is an older partition still in use?)${errors.length ? `: ${errors.at(-1)}` : ''}`,
   );
 }
 
