@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readCpu } from '../agent/inspect/cpu.ts';
 import { HostRoot } from '../agent/inspect/host-root.ts';
 import { collectInventory, guessRootDisk, inventorySummary, type Inventory } from '../agent/inspect/inventory.ts';
 import { infinibandIds } from '../agent/inspect/interfaces.ts';
@@ -418,6 +419,24 @@ describe('built: a laptop (Wi-Fi without a PCI vendor file, USB devices, no BMC,
     expect(inv.interfaces[0]).toMatchObject({ name: 'wlp0s20f3', speed_mbps: null, driver: 'iwlwifi' });
     expect(inv.cpu).toMatchObject({ frequency: '1690.7960', socket_count: 1, architecture: '' });
     expect(inv.memory.physical_mb).toBeNull();
+  });
+});
+
+describe('cpu.count', () => {
+  it("counts the CPUs present, as lscpu's CPU(s) does, not only the online ones /proc/cpuinfo lists (nosmt)", async () => {
+    const block = (n: number) => `processor\t: ${n}\nmodel name\t: Xeon\nflags\t\t: fpu sse2\n\n`;
+    const dir = await buildTree({
+      'proc/cpuinfo': block(0) + block(1),
+      'sys/devices/system/cpu/present': '0-3,6-7\n',
+      'sys/devices/system/cpu/online': '0-1\n',
+    });
+    try {
+      expect((await readCpu(new HostRoot(dir))).count).toBe(6);
+      await rm(join(dir, 'sys/devices/system/cpu/present'));
+      expect((await readCpu(new HostRoot(dir))).count).toBe(2);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
 

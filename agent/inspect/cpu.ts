@@ -43,11 +43,26 @@ export async function readCpu(root: HostRoot): Promise<CpuInfo> {
   return {
     model_name: first.get('model name') ?? '',
     frequency,
-    count: processors.length,
+    count: (await presentCount(root)) ?? processors.length,
     architecture: (await root.read('/proc/sys/kernel/arch')) ?? (root.dir === '/' ? machine() : ''),
     flags: (first.get('flags') ?? first.get('features') ?? '').split(/\s+/).filter(Boolean),
     socket_count: await socketCount(root, processors),
   };
+}
+
+/**
+ * lscpu's "CPU(s)", which IPA reports: the CPUs present, online or not (with `nosmt` or CPUs taken offline,
+ * /proc/cpuinfo lists only the online ones). Null when the kernel does not say.
+ */
+async function presentCount(root: HostRoot): Promise<number | null> {
+  const list = await root.read('/sys/devices/system/cpu/present');
+  if (!list || !/^\d+(-\d+)?(,\d+(-\d+)?)*$/.test(list)) return null;
+  let n = 0;
+  for (const range of list.split(',')) {
+    const [a, b = a] = range.split('-').map(Number);
+    n += b! - a! + 1;
+  }
+  return n;
 }
 
 async function socketCount(root: HostRoot, processors: Map<string, string>[]): Promise<number> {

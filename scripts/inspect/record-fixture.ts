@@ -111,6 +111,8 @@ for (const node of ls('/sys/devices/system/node').filter((n) => /^node\d+$/.test
   for (const c of ls(`/sys/devices/system/node/${node}`).filter((c) => /^cpu\d+$/.test(c)))
     link(`/sys/devices/system/node/${node}/${c}`);
 }
+// cpu.count: lscpu's CPU(s) counts the CPUs present.
+file('/sys/devices/system/cpu/present');
 file('/sys/devices/system/memory/block_size_bytes');
 for (const m of ls('/sys/devices/system/memory').filter((m) => /^memory\d+$/.test(m)))
   file(`/sys/devices/system/memory/${m}/online`);
