@@ -6,6 +6,7 @@ import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createAgent } from '../agent/agent.ts';
+import { realClock } from '../agent/clock.ts';
 import { AgentIsBusy } from '../agent/errors.ts';
 import { command, type Extension } from '../agent/commands/types.ts';
 import { ConductorLink } from '../agent/conductor/link.ts';
@@ -154,6 +155,33 @@ describe('a forgotten command is cancelled', () => {
     await reset;
     expect(first.status).toBe('FAILED');
     expect((await executor.submit('test.quick', {})).status).toBe('SUCCEEDED');
+  });
+
+  it('a config drive download that is still retrying stops at once when the command is cancelled', async () => {
+    let hits = 0;
+    const refusing = createServer((_req, res) => {
+      hits++;
+      res.writeHead(503).end();
+    });
+    await new Promise<void>((resolve) => refusing.listen(0, '127.0.0.1', resolve));
+    cleanups.push(() => new Promise((resolve) => refusing.close(() => resolve())));
+    // Ten attempts 30 s apart, on the wall's clock: only cancellation ends it within the test's time.
+    const a = await startImageAgent(
+      loop.path,
+      { 'ipa-image-download-connection-retries': '10', 'ipa-image-download-connection-retry-interval': '30' },
+      undefined,
+      realClock,
+    );
+    cleanups.push(() => a.close());
+    const { executor } = a.agent;
+    const cmd = await executor.submit('standby.prepare_image', {
+      image_info: info('fast', images.serve('fast-cd.img', fastImage), fastImage),
+      configdrive: `http://127.0.0.1:${(refusing.address() as AddressInfo).port}/configdrive`,
+    });
+    await until(() => hits >= 1, 'the config drive request');
+    await executor.reset('test');
+    expect(cmd.status).toBe('FAILED');
+    expect(hits).toBe(1);
   });
 
   it('standalone: a simulated power-off that fires during a deploy cancels it before the next deploy may run', async () => {

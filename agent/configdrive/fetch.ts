@@ -15,6 +15,8 @@ export async function downloadConfigDrive(
   services: Pick<AgentServices, 'config' | 'log' | 'clock'>,
   url: string,
   maxBytes: number,
+  /** The command's cancellation: the download and its retries stop at once. */
+  signal?: AbortSignal,
 ): Promise<Buffer> {
   const { image, tls } = services.config;
   const dispatchers = new Dispatchers({
@@ -32,6 +34,7 @@ export async function downloadConfigDrive(
     maxDurationMs: 0,
     log,
     clock,
+    cancel: signal,
   });
   try {
     const opened = await transfer.open([url]);

@@ -84,6 +84,7 @@ function check(bytes: Buffer, source: string): ConfigDriveImage {
 export async function prepareConfigDrive(
   services: Pick<AgentServices, 'config' | 'log' | 'clock'>,
   value: string,
+  signal?: AbortSignal,
 ): Promise<ConfigDriveImage> {
   const text = value.trim();
   if (text === '') throw new ConfigDriveError('Config drive is an empty string');
@@ -91,7 +92,7 @@ export async function prepareConfigDrive(
     const source = shownUrl(text);
     if (!/^https?:\/\//i.test(text)) throw new ConfigDriveError(`Config drive URL '${source}' is not http or https`);
     // Base64 of a 64 MiB payload is 4/3 as long; anything longer cannot decode to an acceptable drive.
-    const body = await downloadConfigDrive(services, text, Math.ceil((MAX_CONFIG_DRIVE_BYTES * 4) / 3) + 4096);
+    const body = await downloadConfigDrive(services, text, Math.ceil((MAX_CONFIG_DRIVE_BYTES * 4) / 3) + 4096, signal);
     if (isGzip(body) || identifyDrive(body)) return check(unwrap(body, source), source);
     return check(unwrap(decodeBase64(body.toString('latin1'), source), source), source);
   }

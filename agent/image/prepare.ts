@@ -73,7 +73,7 @@ async function deployImage(
   let drive: ConfigDriveImage | undefined;
   if (configdrive !== undefined && configdrive !== null) {
     meter.start('configdrive', null);
-    drive = await prepareConfigDrive(services, configdrive);
+    drive = await prepareConfigDrive(services, configdrive, ctx.signal);
   }
 
   meter.start('device', null);
