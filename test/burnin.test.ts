@@ -2,7 +2,9 @@
 // two, fio's verified read/write on a loop device the test attaches and allow-lists (the only disk it may
 // touch), and fio's network pair over loopback with the test as the partner node.
 import { open } from 'node:fs/promises';
+import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
+import { LogRing, type Logger } from '../agent/log.ts';
 import { AgentClient } from './helpers/agent-client.ts';
 import { runCleanStep } from './helpers/clean-step.ts';
 import { fioPortFree, NETWORK_PORT, startFioPartner } from './helpers/fio-partner.ts';
@@ -14,8 +16,8 @@ afterEach(async () => {
   while (cleanups.length) await cleanups.pop()!();
 });
 
-async function agent(allow: string): Promise<AgentClient> {
-  const a = await startAgent({ 'device-allowlist': allow });
+async function agent(allow: string, log?: Logger): Promise<AgentClient> {
+  const a = await startAgent({ 'device-allowlist': allow }, undefined, log);
   const c = new AgentClient({ url: a.url, pollIntervalMs: 100, pollAttempts: 1200 });
   cleanups.push(
     () => a.close(),
@@ -25,15 +27,28 @@ async function agent(allow: string): Promise<AgentClient> {
 }
 
 describe('burn-in steps', () => {
+  /** The stress-ng run the agent logged: its arguments and the end of its output. */
+  const stressRun = (ring: LogRing, kind: string) => {
+    const started = ring.tail().find((l) => l.includes(`burn-in (${kind}): stress-ng for`));
+    const passed = ring.tail().find((l) => l.includes(`burn-in (${kind}) passed`));
+    return { args: started ? (JSON.parse(started).args as string[]) : [], output: passed ?? '' };
+  };
+
   it('burnin_cpu: stress-ng on one CPU for 2 s', async () => {
-    const c = await agent('/dev/null');
+    const ring = new LogRing();
+    const c = await agent('/dev/null', pino({ base: null }, ring));
     const r = await runCleanStep(c, 'burnin_cpu', {}, { agent_burnin_cpu_cpu: 1, agent_burnin_cpu_timeout: 2 });
     expect(r.command_error).toBeNull();
     expect(r.command_result).toMatchObject({ clean_result: null, clean_step: { step: 'burnin_cpu' } });
+    // stress-ng itself ran, with the node's settings, to its end.
+    const run = stressRun(ring, 'cpu');
+    expect(run.args).toEqual(expect.arrayContaining(['--cpu', '1', '--timeout', '2']));
+    expect(run.output).toMatch(/successful run completed/);
   });
 
   it('burnin_memory: stress-ng with one 32 MiB vm worker for 2 s', async () => {
-    const c = await agent('/dev/null');
+    const ring = new LogRing();
+    const c = await agent('/dev/null', pino({ base: null }, ring));
     const r = await runCleanStep(
       c,
       'burnin_memory',
@@ -45,6 +60,9 @@ describe('burn-in steps', () => {
       },
     );
     expect(r.command_error).toBeNull();
+    const run = stressRun(ring, 'memory');
+    expect(run.args).toEqual(expect.arrayContaining(['--vm', '1', '--vm-bytes', '32M', '--timeout', '2']));
+    expect(run.output).toMatch(/successful run completed/);
   });
 
   it('burnin_disk: fio writes and verifies the allow-listed loop device', async () => {

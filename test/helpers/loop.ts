@@ -40,11 +40,19 @@ export async function attachLoop(sizeBytes: number, opts: { sectorSize?: number 
 }
 
 export async function detachLoop(dev: LoopDevice): Promise<void> {
-  await execa('losetup', ['-d', dev.path], { reject: false });
+  const r = await execa('losetup', ['-d', dev.path], { reject: false });
+  // A device left attached is a leak the run must show; the exit handler tries again.
+  if (r.exitCode !== 0) throw new Error(`losetup -d ${dev.path} failed: ${r.stderr.trim()}`);
   attached.delete(dev.path);
   const dir = join(dev.file, '..');
   await rm(dir, { recursive: true, force: true });
   dirs.delete(dir);
+}
+
+/** Detaches every device even when one fails to be; throws the first failure after. */
+async function detachAll(devs: LoopDevice[]): Promise<void> {
+  const failures = (await Promise.allSettled(devs.map((d) => detachLoop(d)))).filter((r) => r.status === 'rejected');
+  if (failures.length > 0) throw failures[0]!.reason;
 }
 
 /** Attaches devices for a test body and detaches them whatever happens. */
@@ -54,12 +62,17 @@ export async function withLoops<T>(
   opts: { sectorSize?: number } = {},
 ): Promise<T> {
   const devs: LoopDevice[] = [];
+  let result: T;
   try {
     for (const size of sizes) devs.push(await attachLoop(size, opts));
-    return await body(devs);
-  } finally {
-    for (const d of devs) await detachLoop(d);
+    result = await body(devs);
+  } catch (err) {
+    // The test's own failure is the one to report; a device that would not detach is retried at exit.
+    await detachAll(devs).catch(() => undefined);
+    throw err;
   }
+  await detachAll(devs);
+  return result;
 }
 
 export const MiB = 1024 * 1024;
