@@ -353,7 +353,7 @@ function existsTool(name: string): boolean {
 }
 
 describe.skipIf(macs.length === 0)('fast track: inspection, then lookup and heartbeat without a reboot', () => {
-  async function run(maxVersion: string) {
+  async function run(maxVersion: string, collectors = 'default') {
     const fake = await FakeConductor.start({ maxVersion, requireTls: false, nodes: [{ macs }] });
     cleanups.push(() => fake.close());
     const node = [...fake.nodes.values()][0]!;
@@ -369,7 +369,7 @@ describe.skipIf(macs.length === 0)('fast track: inspection, then lookup and hear
     const config = configFor({
       'ipa-api-url': fake.url,
       'ipa-inspection-callback-url': cb.url,
-      'ipa-inspection-collectors': 'default',
+      'ipa-inspection-collectors': collectors,
       'ipa-lookup-interval': '0.05',
       'ipa-enable-auto-tls': 'false',
     });
@@ -387,6 +387,14 @@ describe.skipIf(macs.length === 0)('fast track: inspection, then lookup and hear
     const agentLookup = fake.lookups.at(-1)!;
     expect(agentLookup.query.node_uuid).toBe(node.uuid);
     expect(agentLookup.query.addresses).toBe(macs.join(','));
+    expect(agent.services.state.agentToken).toBe(node.internal.agent_secret_token);
+    expect(fake.heartbeats.every((h) => h.status === 202)).toBe(true);
+  });
+
+  it('≥ 1.84 with a collector failed: the token of the reply is kept, the UUID is not used (as IPA)', async () => {
+    const { fake, node, cb, agent } = await run('1.115', 'default,extra-hardware');
+    expect(cb.posts[0]!.body.error).toMatch(/collector extra-hardware failed/);
+    expect(fake.lookups.at(-1)!.query.node_uuid).toBeUndefined();
     expect(agent.services.state.agentToken).toBe(node.internal.agent_secret_token);
     expect(fake.heartbeats.every((h) => h.status === 202)).toBe(true);
   });

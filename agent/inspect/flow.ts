@@ -163,9 +163,10 @@ export async function inspect(deps: InspectionDeps): Promise<InspectionResult> {
     'inspection posted',
   );
   state.update({ inspection: { phase: ok ? 'done' : 'failed', summary, collectionMs, result, at: Date.now() / 1000 } });
-  // As IPA: a collector failure or a refusal means no node UUID for the lookup that follows.
-  if (!ok || outcome.kind !== 'accepted') return { outcome };
-  return { outcome, nodeUuid: outcome.nodeUuid, lookup: outcome.lookup };
+  if (outcome.kind !== 'accepted') return { outcome };
+  // As IPA: a collector failure means no node UUID for the lookup that follows. The token of a ≥ 1.84 reply
+  // is kept all the same: Ironic created it with that reply, and every later lookup shows only "******".
+  return ok ? { outcome, nodeUuid: outcome.nodeUuid, lookup: outcome.lookup } : { outcome, lookup: outcome.lookup };
 }
 
 /** The pause before inspecting again after a round whose payload reached no callback URL. */
