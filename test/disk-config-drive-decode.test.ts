@@ -102,7 +102,7 @@ describe('prepareConfigDrive', () => {
     await rejects(toWire(await buildIso(undefined, 'cidata')), /labelled "cidata"/);
   });
 
-  it('rejects a drive larger than 64 MiB after decompression, without inflating it all', async () => {
+  it('rejects a drive larger than 64 MiB after decompression', async () => {
     await rejects(toWire(Buffer.alloc(MAX_CONFIG_DRIVE_BYTES + 1)), /exceeds maximum limit of 64MiB/);
   });
 
@@ -129,7 +129,7 @@ describe('prepareConfigDrive', () => {
     expect(hits['/missing']).toBe(1);
   });
 
-  it('gives up on an unreachable server after the configured retries', async () => {
+  it('gives up on an unreachable server, naming the URL', async () => {
     const closed = createServer();
     await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
     const port = (closed.address() as AddressInfo).port;
