@@ -6,6 +6,19 @@ export function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
+/** What Python reads as false: the node values IPA's `x.get(…) or …` and `if not x` pass over. */
+export function pythonFalsy(v: unknown): boolean {
+  return (
+    v === undefined ||
+    v === null ||
+    v === '' ||
+    v === false ||
+    v === 0 ||
+    (Array.isArray(v) && v.length === 0) ||
+    (isObject(v) && Object.keys(v).length === 0)
+  );
+}
+
 /** `v` when it is an object, else undefined. */
 export function objectOr(v: unknown): Record<string, unknown> | undefined {
   return isObject(v) ? v : undefined;

@@ -89,6 +89,28 @@ describe('writeConfigDrivePartition', () => {
     });
   }, 90_000);
 
+  it('does not reuse a config-2 partition the kernel keeps from an older layout (in use) that the table no longer has', async () => {
+    await withLoops([200 * MiB], async ([d]) => {
+      await execa('sgdisk', ['-n', '1:0:+32M', '-n', '2:0:+16M', d!.path]);
+      await execa('partx', ['-u', d!.path]);
+      const old = await partitionBytes(d!.path, 2);
+      const previous = Buffer.from(drive.bytes);
+      previous.fill(0x5a, previous.length - 4096);
+      await writeFile(`${d!.path}p2`, previous);
+      const holder = await open(`${d!.path}p2`, 'r');
+      try {
+        await execa('sgdisk', ['-d', '2', d!.path], { reject: false });
+        const err = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, drive).catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(ConfigDriveError);
+        expect((err as Error).message).toMatch(/carries the config-2 label but is not in the partition table/);
+        const middle = (await readFile(d!.file)).subarray(old.start, old.start + previous.length);
+        expect(middle.equals(previous)).toBe(true);
+      } finally {
+        await holder.close();
+      }
+    });
+  }, 90_000);
+
   it('adds a primary partition at the end of an MBR disk', async () => {
     await withLoops([160 * MiB], async ([d]) => {
       await execa('parted', ['-s', d!.path, 'mklabel', 'msdos', 'mkpart', 'primary', 'ext4', '1MiB', '33MiB']);

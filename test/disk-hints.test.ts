@@ -89,6 +89,16 @@ describe('root device hints', () => {
   });
 });
 
+describe('a device value given as several (IPA matches a disk by the lsblk or the udev WWN)', () => {
+  it('matches when any of them matches, and not when none does', () => {
+    const dev = { wwn: ['0x6d0946606b4d4d0012345678abcdef01', '0x6d0946606b4d4d00'] };
+    expect(matchesHints(dev, parseHints({ wwn: '0x6d0946606b4d4d00' }))).toBe(true);
+    expect(matchesHints(dev, parseHints({ wwn: '0x6d0946606b4d4d0012345678abcdef01' }))).toBe(true);
+    expect(matchesHints(dev, parseHints({ wwn: '0x6d0946606b4d4d01' }))).toBe(false);
+    expect(matchesHints({ wwn: [null] }, parseHints({ wwn: '0x1' }))).toBe(false);
+  });
+});
+
 describe("sysByPath: udev path_id's names, from sysfs", () => {
   const trees: string[] = [];
   afterAll(async () => {

@@ -36,7 +36,19 @@ async function existingConfigDrive(services: Services, disk: string): Promise<Pa
       `More than one partition with label "config-2" exists on device ${disk}: ${found.map((p) => p.path).join(', ')}`,
     );
   }
-  return found[0] ?? null;
+  const drive = found[0];
+  if (!drive) return null;
+  // The kernel lists the partitions it knows: one of an older layout that is still in use keeps its number
+  // and place. Only a partition of the table on the disk, where the table puts it, may be reused.
+  const entry = (await readTable(disk, services.log)).find((e) => e.number === drive.number);
+  if (!entry)
+    throw new ConfigDriveError(
+      `${drive.path} carries the config-2 label but is not in the partition table of ${disk} (a partition of an older layout still in use?)`,
+    );
+  if (entry.start === drive.start && entry.size === drive.size) return drive;
+  // The kernel is behind the table: once it has the partition where the table puts it, look again there.
+  await rescanPartitions(disk, services.log, [entry]);
+  return existingConfigDrive(services, disk);
 }
 
 function noRoom(disk: string, region: Region, sectorSize: number): ConfigDriveError {

@@ -200,12 +200,16 @@ function compareStrings(op: Operator, x: string, values: string[]): boolean {
   }
 }
 
-export type DeviceView = Readonly<Record<string, string | number | boolean | null | undefined>>;
+/** A value is one, or (for a string hint) several that the hint may match any of. */
+export type DeviceView = Readonly<
+  Record<string, string | number | boolean | null | undefined | readonly (string | null)[]>
+>;
 
 /** Does one device (its IPA view: `name` = /dev path, `size` = bytes) satisfy every hint? */
 export function matchesHints(device: DeviceView, hints: readonly ParsedHint[]): boolean {
   return hints.every((h) => {
     const value = device[h.name];
+    if (Array.isArray(value)) return value.some((v) => matchesHints({ [h.name]: v }, [h]));
     if (h.kind === 'bool') return typeof value === 'boolean' && value === h.value;
     if (value === null || value === undefined || value === '') return false;
     if (h.kind === 'int') {

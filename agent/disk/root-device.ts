@@ -1,26 +1,13 @@
 // Chooses the disk to deploy to: the node's root device hints if any, else the smallest disk of at
 // least 4 GiB; never a skipped device, never one the device guard refuses. Callers choose once per command.
 import type { AgentServices } from '../services.ts';
-import { isObject } from '../parse.ts';
+import { isObject, pythonFalsy } from '../parse.ts';
 import { DeviceNotFound } from '../errors.ts';
 import { ipaView, listBlockDevices, type BlockDevice } from './block-devices.ts';
-import { matchesHints } from './hints.ts';
+import { matchesHints, type DeviceView } from './hints.ts';
 import { parseHintsOrThrow, skipList } from './skip-list.ts';
 
 export const MIN_ROOT_DISK_BYTES = 4 * 2 ** 30;
-
-/** What Python reads as false: the values IPA's `instance_info.get(…) or properties.get(…)` passes over. */
-function unset(v: unknown): boolean {
-  return (
-    v === undefined ||
-    v === null ||
-    v === '' ||
-    v === false ||
-    v === 0 ||
-    (Array.isArray(v) && v.length === 0) ||
-    (isObject(v) && Object.keys(v).length === 0)
-  );
-}
 
 /**
  * A node's root device hints: instance_info.root_device, or properties.root_device where that is unset (an
@@ -30,13 +17,22 @@ function unset(v: unknown): boolean {
 export function rootHintsOf(node: unknown): Record<string, unknown> | undefined {
   const n = isObject(node) ? node : {};
   const instance = isObject(n.instance_info) ? n.instance_info.root_device : undefined;
-  const hints = unset(instance) ? (isObject(n.properties) ? n.properties.root_device : undefined) : instance;
-  if (unset(hints)) return undefined;
+  const hints = pythonFalsy(instance) ? (isObject(n.properties) ? n.properties.root_device : undefined) : instance;
+  if (pythonFalsy(hints)) return undefined;
   if (!isObject(hints))
     throw new DeviceNotFound(
       `No suitable device was found for deployment: the root device hints must be an object of hint names and values, got ${JSON.stringify(hints)}`,
     );
   return hints;
+}
+
+/**
+ * What root device hints are matched against: IPA's view, with `wwn` also as udev's ID_WWN (the first 16
+ * digits of a 32-digit NAA WWN), since IPA's disk selection matches the lsblk value or the udev ones.
+ */
+function selectionView(d: BlockDevice): DeviceView {
+  const udevWwn = d.wwnVendorExtension && d.wwn ? d.wwn.slice(0, 18) : null;
+  return { ...ipaView(d), wwn: udevWwn ? [d.wwn, udevWwn] : d.wwn };
 }
 
 function describe(d: BlockDevice): string {
@@ -74,7 +70,7 @@ export async function chooseRootDevice(services: AgentServices, hints?: Record<s
 
   let chosen: BlockDevice | undefined;
   if (parsed) {
-    chosen = usable.find((d) => matchesHints(ipaView(d), parsed));
+    chosen = usable.find((d) => matchesHints(selectionView(d), parsed));
     if (!chosen) {
       throw new DeviceNotFound(
         `No suitable device was found for deployment using these hints ${JSON.stringify(given)}. Devices seen: ${seenText}`,

@@ -1,7 +1,7 @@
 // Devices the agent must leave alone: its own `ipa-skip-block-devices` paths plus the node's
 // `properties.skip_block_devices` hint sets (entries naming RAID volumes are not block devices here).
 import type { AgentServices } from '../services.ts';
-import { isObject } from '../parse.ts';
+import { isObject, pythonFalsy } from '../parse.ts';
 import { DeviceNotFound } from '../errors.ts';
 import type { BlockDevice } from './block-devices.ts';
 import { ipaView } from './block-devices.ts';
@@ -33,7 +33,7 @@ export function skipList(services: Pick<AgentServices, 'config' | 'state'>): Ski
     new DeviceNotFound(
       `properties.skip_block_devices must be a list of hint objects (e.g. [{"name": "/dev/sdb"}]); cannot use ${JSON.stringify(what)}`,
     );
-  if (list !== undefined && list !== null && list !== '' && !Array.isArray(list)) throw refuse(list);
+  if (!pythonFalsy(list) && !Array.isArray(list)) throw refuse(list);
   for (const entry of Array.isArray(list) ? list : []) {
     if (!isObject(entry)) throw refuse(entry);
     if ('volume_name' in entry) continue;

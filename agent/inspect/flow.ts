@@ -184,5 +184,7 @@ export async function inspectUntilAnswered(deps: InspectionDeps): Promise<Inspec
     if (result.outcome.kind !== 'failed' || result.outcome.attempts === 0) return result;
     deps.log.warn({ reason: result.outcome.reason }, 'the inspection reached no callback URL; inspecting again');
     await deps.clock.sleep(ROUND_PAUSE_MS, deps.signal);
+    // The pause ends early on cancellation; no new round starts then.
+    deps.signal?.throwIfAborted();
   }
 }

@@ -250,7 +250,11 @@ describe('the ramdisk under QEMU', () => {
     const wrong = await ssh('rescue', 'wrong horse');
     expect(wrong.exitCode).not.toBe(0);
     expect(wrong.stdout).toBe('');
-    expect((await ssh('root', 'correct horse')).stdout).toBe('');
+    for (const password of ['correct horse', '']) {
+      const root = await ssh('root', password);
+      expect(root.exitCode).not.toBe(0);
+      expect(root.stdout).toBe('');
+    }
     const right = await ssh('rescue', 'correct horse');
     expect(right.stderr).not.toMatch(/denied/i);
     expect(right.stdout.trim()).toBe('I am rescue, uid 0');
