@@ -31,7 +31,9 @@ function readShellAllowed(cmdlinePath: string): boolean {
       return false;
     }
   };
-  return on('ipa-debug') || on('ina-console-shell');
+  // Not ipa-debug: Ironic adds it to every ramdisk of a conductor running with debug=true, and a root shell for
+  // whoever reaches the console (serial-over-LAN, a remote KVM) must be the operator's explicit choice.
+  return on('ina-console-shell');
 }
 
 // lsblk is a process start per look, which a CPU under emulation feels; disks change rarely.

@@ -169,6 +169,9 @@ describe('erase_devices in the ramdisk under QEMU', () => {
     for (const dev of ['/dev/nvme0n1', '/dev/sda', '/dev/vda'])
       expect(serial).toContain(`${dev} erased: ${result[dev].method}`);
     expect(serial).toMatch(/read-back samples of \/dev\/nvme0n1 drawn with seed \d+/);
+    // ipa-debug alone (what a conductor with debug=true adds) offers no shell on the console.
+    expect(serial).toMatch(/\[l\] full log {2}\[c\] commands/);
+    expect(serial).not.toContain('[s] shell');
 
     await v.kill();
     for (const [dev, p] of [

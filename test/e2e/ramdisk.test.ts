@@ -99,7 +99,7 @@ async function manifestSize(): Promise<string> {
 }
 
 describe('the ramdisk under QEMU', () => {
-  it('boots standalone with ipa-debug: the API answers through hostfwd, the console shows its pages, the agent log and a shell, init restarts a killed agent, the system logs are collected, erase_devices_metadata clears the disk, power_off stops the VM', async () => {
+  it('boots standalone with ipa-debug and ina-console-shell: the API answers through hostfwd, the console shows its pages, the agent log and a shell, init restarts a killed agent, the system logs are collected, erase_devices_metadata clears the disk, power_off stops the VM', async () => {
     // A disk with a label and a filesystem, for the ramdisk's own cleaning to erase.
     const disk = await sparseDisk('vda.img', 64 * MiB);
     await execa('sgdisk', ['-n', '1:2048:+16M', '-t', '1:8300', disk]);
@@ -109,7 +109,7 @@ describe('the ramdisk under QEMU', () => {
       serialLog: join(work.dir, 'serial.log'),
       mac: randomMac(),
       forwards: [],
-      append: () => 'standalone=1 ipa-debug=1',
+      append: () => 'standalone=1 ipa-debug=1 ina-console-shell=1',
     });
     const v = vm;
     const getStatus = () => agentStatus(v);
