@@ -10,6 +10,7 @@ import { installLastWords, previousCrash, restartLine } from './last-words.ts';
 import { mirrorStatus, statusDocument, writeStatusSync } from './status-file.ts';
 import { inspectWithoutConductor } from './inspect/without-conductor.ts';
 import { cleanStaleBuffers } from './image/buffer.ts';
+import { syncClock } from './host/clock-sync.ts';
 
 function readConfig(): Config {
   try {
@@ -38,6 +39,8 @@ async function main(): Promise<void> {
       `accepted for IPA compatibility but not acted on: ${config.notActedOn.join(', ')}`,
     );
   }
+  // Before anything compares times: the auto-TLS certificate's validity, HTTPS servers' certificates.
+  if (config.ntpServer) await syncClock(config.ntpServer, config.hostActions, log);
   const agent = createAgent(config, log);
   const { state } = agent.services;
   installLastWords({ log, state, executor: agent.executor, statusFile: config.statusFile });

@@ -70,6 +70,8 @@ export interface Config {
   };
   erase: { randomPasses: number; finalZeroPass: boolean; discardFirst: boolean };
   hostActions: 'simulated' | 'real';
+  /** ipa-ntp-server: the clock is set from it at start (host/clock-sync.ts). */
+  ntpServer?: string;
   simulatedRebootDelayS: number;
   /** Where rescue writes the rescue password and user: `/` in a ramdisk; outside one only if given. */
   rescueRoot?: string;
@@ -173,6 +175,7 @@ export function buildConfig(kernel: ReadonlyMap<string, string>, flags: Readonly
       discardFirst: r.bool('ipa-erase-discard', true),
     },
     hostActions: r.oneOf('host-actions', ['simulated', 'real'] as const, 'simulated'),
+    ntpServer: r.str('ipa-ntp-server'),
     simulatedRebootDelayS: r.num('simulated-reboot-delay', 2, { min: 0 }),
     rescueRoot: r.str('ina-rescue-root') ?? (merged.get('host-actions') === 'real' ? '/' : undefined),
     firmwareRoot: r.str('ina-firmware-root') ?? (merged.get('host-actions') === 'real' ? '/' : undefined),
