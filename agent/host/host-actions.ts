@@ -2,7 +2,7 @@
 // (the ramdisk's init passes it); everywhere else the action is simulated: the agent behaves as if it
 // had just booted again (forgets token and history, looks itself up anew), and the host is untouched.
 import { EventEmitter } from 'node:events';
-import { readdir, writeFile } from 'node:fs/promises';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { SystemRebootError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
 import type { Logger } from '../log.ts';
@@ -71,12 +71,14 @@ export class HostActions extends EventEmitter<HostActionEvents> {
       this.log.warn({ nics }, 'lockdown simulated: network interfaces left up (outside a ramdisk)');
       return;
     }
+    // The DHCP clients first: at the next lease event their hook brings a NIC up again and takes a lease.
+    const stopped = await stopDhcpClients();
     for (const nic of nics) {
       await run('ip', ['link', 'set', nic, 'down'], { log: this.log }).catch((e) =>
         this.log.warn({ nic, err: errorText(e) }, 'ip link set down failed'),
       );
     }
-    this.log.info({ nics }, 'lockdown: network interfaces down');
+    this.log.info({ nics, dhcpClientsStopped: stopped }, 'lockdown: network interfaces down');
   }
 
   private async perform(action: PowerAction): Promise<void> {
@@ -97,4 +99,20 @@ export class HostActions extends EventEmitter<HostActionEvents> {
       throw new SystemRebootError(`${action} failed and the sysrq fallback failed too: ${errorText(err)}`);
     }
   }
+}
+
+/** Ends every udhcpc the ramdisk's init started; returns how many there were. */
+async function stopDhcpClients(): Promise<number> {
+  let n = 0;
+  for (const pid of (await readdir('/proc')).filter((p) => /^\d+$/.test(p))) {
+    const comm = await readFile(`/proc/${pid}/comm`, 'utf8').catch(() => '');
+    if (comm.trim() !== 'udhcpc') continue;
+    try {
+      process.kill(Number(pid), 'SIGTERM');
+      n++;
+    } catch {
+      // already gone
+    }
+  }
+  return n;
 }

@@ -262,6 +262,29 @@ describe('the ramdisk under QEMU', () => {
     await expect(agentStatus(v)).rejects.toThrow();
   });
 
+  it('lockdown: the reply arrives, then every NIC is down and no DHCP client is left to bring one up again', async () => {
+    vm = await startVm({
+      disk: await sparseDisk('vda.img', 64 * MiB),
+      serialLog: join(work.dir, 'serial.log'),
+      mac: randomMac(),
+      forwards: [],
+      append: () => 'standalone=1 ina-console-shell=1',
+    });
+    const v = vm;
+    await until('GET /v1/status', () => agentStatus(v), 120_000);
+    const seen = (re: RegExp, from: number) =>
+      until(`${re} on the console`, async () => (re.test(v.serial().slice(from)) ? true : undefined), 60_000);
+    await seen(/\[s\] shell/, 0);
+    expect((await agentCommand(v, 'system.lockdown')).command_status).toBe('SUCCEEDED');
+    await seen(/Agent\s+locked down/, 0);
+    const mark = v.serial().length;
+    await v.type('s');
+    await seen(/\[console\] shell/, mark);
+    await v.type('echo "dhcp=$(pidof udhcpc || echo none) eth0=$(cat /sys/class/net/eth0/operstate)"\r');
+    await seen(/dhcp=none eth0=down/, mark);
+    await expect(agentStatus(v)).rejects.toThrow();
+  });
+
   it('deploys from a conductor: lookup, heartbeat, write_image of a qcow2 to a hinted second disk, of a gzip image streamed to a third and buffered to a fourth, and of a raw image with a config drive to the first, power off; the disk files hold them', async () => {
     const mac = randomMac();
     conductor = await FakeConductor.start();
