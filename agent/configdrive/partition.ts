@@ -29,7 +29,15 @@ async function diskGeometry(disk: string): Promise<{ bytes: number; sectorSize: 
 }
 
 async function existingConfigDrive(services: Services, disk: string): Promise<Partition | null> {
-  await rescanPartitions(disk, services.log);
+  // The kernel lists the partitions it knows: until it has dropped those the disk's table no longer has, one
+  // of an older layout could be found below by its label.
+  const table = await readTable(disk, services.log);
+  await rescanPartitions(
+    disk,
+    services.log,
+    table.map((e) => e.number),
+    { onlyExpected: true },
+  );
   const found = (await listPartitions(disk, services.log)).filter((p) => isConfigDriveLabel(p.label));
   if (found.length > 1) {
     throw new ConfigDriveError(
@@ -38,13 +46,8 @@ async function existingConfigDrive(services: Services, disk: string): Promise<Pa
   }
   const drive = found[0];
   if (!drive) return null;
-  // The kernel lists the partitions it knows: one of an older layout that is still in use keeps its number
-  // and place. Only a partition of the table on the disk, where the table puts it, may be reused.
-  const entry = (await readTable(disk, services.log)).find((e) => e.number === drive.number);
-  if (!entry)
-    throw new ConfigDriveError(
-      `${drive.path} carries the config-2 label but is not in the partition table of ${disk} (a partition of an older layout still in use?)`,
-    );
+  // The rescan above left the kernel only partitions the table has; it may still have one at an older place.
+  const entry = table.find((e) => e.number === drive.number)!;
   if (entry.start === drive.start && entry.size === drive.size) return drive;
   // The kernel is behind the table: once it has the partition where the table puts it, look again there.
   await rescanPartitions(disk, services.log, [entry]);

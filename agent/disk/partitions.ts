@@ -64,11 +64,19 @@ export async function rescanPartitions(
   disk: string,
   log?: Logger,
   expect: (number | ExpectedPartition)[] = [],
-  opts: { synced?: boolean } = {},
+  opts: { synced?: boolean; onlyExpected?: boolean } = {},
 ): Promise<void> {
   if (!opts.synced) await run('sync', [], { log });
   const diskName = kernelNameOf(disk);
+  const wanted = new Set(expect.map((e) => (typeof e === 'number' ? e : e.number)));
   const ready = async (): Promise<boolean> => {
+    // `onlyExpected`: also wait until the kernel has let go of partitions the table no longer has (one that
+    // something held for a moment, a udev probe, keeps its node until the next re-read).
+    if (opts.onlyExpected) {
+      for (const name of await sysPartitions(diskName)) {
+        if (!wanted.has(Number(await readSys(`${SYS_BLOCK}/${diskName}/${name}/partition`)))) return false;
+      }
+    }
     for (const e of expect) {
       const name = partitionName(diskName, typeof e === 'number' ? e : e.number);
       const sys = `${SYS_BLOCK}/${diskName}/${name}`;
@@ -98,7 +106,7 @@ export async function rescanPartitions(
   }
   const want = expect.map((e) => `/dev/${partitionName(diskName, typeof e === 'number' ? e : e.number)}`).join(', ');
   throw new BlockDeviceError(
-    `partitions ${want} of ${disk} did not appear where the table puts them after re-reading it (is an older partition still in use?)${errors.length ? `: ${errors.at(-1)}` : ''}`,
+    `the partitions of ${disk} (${want || 'none'}) did not come to match its table after re-reading it (is a partition of an older layout still in use?)${errors.length ? `: ${errors.at(-1)}` : ''}`,
   );
 }
 
