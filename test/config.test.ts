@@ -1,4 +1,4 @@
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -74,6 +74,56 @@ describe('configuration', () => {
     const c = loadConfig([`--kernel-cmdline=${join(dir, 'cmdline')}`]);
     expect(c.listen.port).toBe(1234);
     expect(() => loadConfig([`--kernel-cmdline=${join(dir, 'missing')}`])).toThrow(/cannot read/);
+  });
+
+  it("reads IPA's configuration files as oslo.config does: the file, then the directory's *.conf in name order; they override the kernel command line, flags override them", async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'ina-cfg-'));
+    await writeFile(
+      join(dir, 'cmdline'),
+      'ipa-api-url=http://10.0.0.1:6385 ipa-listen-port=1000 ipa-lookup-timeout=5\n',
+    );
+    await writeFile(
+      join(dir, 'agent.conf'),
+      '# comment\n[DEFAULT]\nlisten_port = 2000\nlookup_timeout=7\ncafile = "/etc/ironic-python-agent/ironic.crt"\n',
+    );
+    await mkdir(join(dir, 'conf.d'));
+    await writeFile(join(dir, 'conf.d', 'b.conf'), '[DEFAULT]\nlisten_port: 4000\nip_lookup_sleep = 3\n');
+    await writeFile(join(dir, 'conf.d', 'a.conf'), '[DEFAULT]\nlisten_port = 3000\n; comment\ninsecure = True\n');
+    await writeFile(join(dir, 'conf.d', 'ignored.txt'), '[DEFAULT]\nlisten_port = 9\n');
+    const files = [
+      `--kernel-cmdline=${join(dir, 'cmdline')}`,
+      `--config-file=${join(dir, 'agent.conf')}`,
+      `--config-dir=${join(dir, 'conf.d')}`,
+    ];
+    const c = loadConfig(files);
+    expect(c.apiUrls).toEqual(['http://10.0.0.1:6385']);
+    expect(c.listen.port).toBe(4000);
+    expect(c.lookup.timeoutS).toBe(7);
+    expect(c.lookup.ipLookupSleepS).toBe(3);
+    expect(c.tls.caFile).toBe('/etc/ironic-python-agent/ironic.crt');
+    expect(c.tls.insecure).toBe(true);
+    expect(c.notActedOn).toEqual([]);
+    expect(loadConfig([...files, '--ipa-listen-port=5000']).listen.port).toBe(5000);
+    // Without files (none at the default paths on a build host): the kernel command line alone.
+    const bare = loadConfig([`--kernel-cmdline=${join(dir, 'cmdline')}`, `--config-dir=${join(dir, 'none')}`]);
+    expect(bare.listen.port).toBe(1000);
+  });
+
+  it('names the file and option of a bad value, refuses a line that is no option, and lists the options it does not act on', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'ina-cfg-'));
+    await writeFile(join(dir, 'cmdline'), 'ipa-api-url=http://10.0.0.1:6385\n');
+    const conf = join(dir, 'agent.conf');
+    const load = () => loadConfig([`--kernel-cmdline=${join(dir, 'cmdline')}`, `--config-file=${conf}`]);
+    await writeFile(conf, '[DEFAULT]\nlisten_port = many\n');
+    expect(load).toThrow(`option listen_port in ${conf}="many": expected a number`);
+    await writeFile(conf, '[DEFAULT]\nlisten_port\n');
+    expect(load).toThrow(`${conf} line 2: expected "option = value" or "[section]"`);
+    await writeFile(conf, '[DEFAULT]\ncertfile = /x.pem\ndisk_wait_attempts = 3\n[mdns]\nuse_mdns = true\n');
+    expect(load().notActedOn).toEqual([
+      `option disk_wait_attempts in ${conf}`,
+      `option certfile in ${conf}`,
+      `option [mdns] use_mdns (${conf})`,
+    ]);
   });
 
   it('exits the process with a one-line error on a bad flag', async () => {

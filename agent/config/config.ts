@@ -1,6 +1,8 @@
-// The agent's one typed configuration, built once at start from the kernel command line and flags.
-// Every IPA kernel parameter we understand is also a flag of the same name; flags win.
+// The agent's one typed configuration, built once at start from the kernel command line, IPA's configuration
+// files and flags. Every IPA kernel parameter we understand is also a flag of the same name. As in IPA, the
+// files override the kernel command line and flags override both.
 import { readFileSync } from 'node:fs';
+import { type ConfFiles, readConfFiles } from './conf-files.ts';
 import { parseFlags, parseKernelCmdline } from './sources.ts';
 import { ConfigError, ParamReader } from './reader.ts';
 
@@ -49,7 +51,10 @@ export interface Config {
     nicWaitS: number;
   };
   hardwareInitDelayS: number;
-  /** IPA parameters that were given but that the agent does not act on; main.ts warns about them once. */
+  /**
+   * IPA parameters, and options of its configuration files, that were given but that the agent does not act
+   * on; main.ts warns about them once.
+   */
   notActedOn: string[];
   disks: {
     allowlist: string[] | null;
@@ -99,9 +104,18 @@ export const QEMU_IMG_MIN_MIB = 384;
  */
 const NOT_ACTED_ON = ['ipa-disk-wait-attempts', 'ipa-disk-wait-delay'];
 
-export function buildConfig(kernel: ReadonlyMap<string, string>, flags: ReadonlyMap<string, string>): Config {
-  const merged = new Map([...kernel, ...flags]);
-  const r = new ParamReader(merged, (name) => (flags.has(name) ? `flag --${name}` : `kernel parameter ${name}`));
+const NO_FILES: ConfFiles = { values: new Map(), otherSections: [] };
+
+export function buildConfig(
+  kernel: ReadonlyMap<string, string>,
+  flags: ReadonlyMap<string, string>,
+  files: ConfFiles = NO_FILES,
+): Config {
+  const fromFiles = [...files.values].map(([name, v]) => [name, v.value] as const);
+  const merged = new Map([...kernel, ...fromFiles, ...flags]);
+  const r = new ParamReader(merged, (name) =>
+    flags.has(name) ? `flag --${name}` : (files.values.get(name)?.origin ?? `kernel parameter ${name}`),
+  );
 
   const apiUrls = r.list('ipa-api-url').map((u) => u.replace(/\/+$/, ''));
   for (const u of apiUrls) r.check('ipa-api-url', u, API_URL.test(u), 'expected http(s)://host[:port][/path] or mdns');
@@ -148,7 +162,7 @@ export function buildConfig(kernel: ReadonlyMap<string, string>, flags: Readonly
       nicWaitS: r.num('ipa-nic-wait-timeout', 60, { min: 0 }),
     },
     hardwareInitDelayS: r.num('ipa-hardware-initialization-delay', 0, { min: 0 }),
-    notActedOn: NOT_ACTED_ON.filter((name) => r.given(name)),
+    notActedOn: NOT_ACTED_ON.filter((name) => r.given(name)).map((name) => files.values.get(name)?.origin ?? name),
     disks: {
       allowlist: allow.length > 0 ? allow : null,
       skipBlockDevices: r.list('ipa-skip-block-devices'),
@@ -184,8 +198,12 @@ export function buildConfig(kernel: ReadonlyMap<string, string>, flags: Readonly
     console: { device: r.str('console-device'), shell: r.bool('ina-console-shell', false) },
     ignoreBootloaderFailure: r.bool('ipa-ignore-bootloader-failure', false),
   };
-  r.str('kernel-cmdline');
+  for (const name of ['kernel-cmdline', 'config-file', 'config-dir']) r.str(name);
 
+  config.notActedOn.push(
+    ...r.unread(files.values.keys()).map((name) => files.values.get(name)!.origin),
+    ...files.otherSections.map((option) => `option ${option}`),
+  );
   const unknown = r.unread(flags.keys());
   if (unknown.length > 0) throw new ConfigError(`unknown flag --${unknown[0]}`);
   if (!config.standalone && apiUrls.length === 0 && config.inspection.callbackUrls.length === 0) {
@@ -227,9 +245,16 @@ function parseBootif(value: string | undefined): string | undefined {
   return /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/.test(mac) ? mac : undefined;
 }
 
-/** Reads the kernel command line (or the file `--kernel-cmdline` names) and the flags. */
+/**
+ * Reads the kernel command line (or the file `--kernel-cmdline` names), IPA's configuration files (or those
+ * `--config-file` and `--config-dir` name) and the flags.
+ */
 export function loadConfig(argv: readonly string[]): Config {
   const flags = parseFlags(argv);
+  const files = readConfFiles(
+    flags.get('config-file') ?? '/etc/ironic-python-agent.conf',
+    flags.get('config-dir') ?? '/etc/ironic-python-agent.d',
+  );
   const cmdlineFile = flags.get('kernel-cmdline') ?? '/proc/cmdline';
   let text: string;
   try {
@@ -237,5 +262,5 @@ export function loadConfig(argv: readonly string[]): Config {
   } catch (err) {
     throw new ConfigError(`flag --kernel-cmdline=${cmdlineFile}: cannot read (${(err as Error).message})`);
   }
-  return buildConfig(parseKernelCmdline(text), flags);
+  return buildConfig(parseKernelCmdline(text), flags, files);
 }
