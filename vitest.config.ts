@@ -24,6 +24,7 @@ const DEVICE = [
   'test/image-faults.test.ts',
   'test/image-refusals.test.ts',
   'test/inspect-lldp.test.ts',
+  'test/netconf-netns.test.ts',
   'test/robust-body-limit.test.ts',
   'test/robust-buffers.test.ts',
   'test/qcow2-device.test.ts',
