@@ -36,7 +36,7 @@ rm -rf "$work/bundles" && mkdir -p "$work/bundles"
 banner="import { createRequire as __inaRequire } from 'node:module'; const require = __inaRequire(import.meta.url);"
 # Without comments (--minify-whitespace; names and strings stay as written): one non-ASCII character in a kept
 # comment makes V8 hold the whole source as UTF-16, twice its size, for as long as the agent runs (4.6 MiB).
-for entry in agent/main.ts:agent.mjs agent/console/main.ts:console.mjs; do
+for entry in agent/main.ts:agent.mjs agent/console/main.ts:console.mjs agent/netconf/main.ts:netconf.mjs; do
   (cd "$repo" && npx --no-install esbuild "${entry%%:*}" --bundle --platform=node --format=esm --target=node24 \
     --define:__AGENT_VERSION__="\"$agent_version\"" --banner:js="$banner" --legal-comments=none \
     --minify-whitespace --log-level=warning --outfile="$work/bundles/${entry##*:}")
@@ -56,6 +56,8 @@ wait "$smoke" 2>/dev/null || true
 grep -q 'agent API listening' "$work/smoke.log" || { cat "$work/smoke.log" >&2; echo "build.sh: the agent bundle does not start" >&2; exit 1; }
 "$node_bin" "$work/bundles/console.mjs" --once --kernel-cmdline="$work/cmdline" --status-file="$work/none.json" \
   --log-file="$work/smoke.log" | grep -q 'ironic-node-agent' || { echo "build.sh: the console bundle does not start" >&2; exit 1; }
+netconf=$("$node_bin" "$work/bundles/netconf.mjs" --network-data="$work/none.json" 2>&1 || true)
+grep -q 'cannot read' <<< "$netconf" || { echo "build.sh: the netconf bundle does not start: $netconf" >&2; exit 1; }
 
 # Everything the initramfs is made of; when none of it changed, the last output stands.
 fingerprint=$( { cat "$work/debs.txt"; echo "node $node_version $SOURCE_DATE_EPOCH";

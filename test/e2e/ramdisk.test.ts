@@ -3,7 +3,7 @@
 // config drive, power off), and the disk file holds the image and a config-2 partition afterwards. Booted
 // through UEFI firmware (OVMF), install_bootloader registers the disk's loader in the firmware's variables.
 import { createHash } from 'node:crypto';
-import { readFile, truncate, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { request } from 'undici';
@@ -283,6 +283,97 @@ describe('the ramdisk under QEMU', () => {
     await v.type('echo "dhcp=$(pidof udhcpc || echo none) eth0=$(cat /sys/class/net/eth0/operstate)"\r');
     await seen(/dhcp=none eth0=down/, mark);
     await expect(agentStatus(v)).rejects.toThrow();
+  });
+
+  /**
+   * A virtual-media boot's devices as Ironic makes them (ironic/common/images.py): a small FAT image labelled
+   * ir-vfd-dev whose parameters.txt has one key=value per line, and the boot ISO, labelled config-2 when it
+   * carries openstack/ files (network_data.json), VMEDIA_BOOT_ISO otherwise; its etc/ironic-python-agent.d
+   * sets the advertised port. Also a local disk with a config drive of its own (a former instance's), with
+   * another address and an API URL that leads nowhere: not virtual media, so not to be taken.
+   */
+  async function virtualMedia(mac: string, networkData: boolean) {
+    const address = (ip: string) => ({
+      links: [{ id: 'port0', type: 'phy', ethernet_mac_address: mac }],
+      networks: [
+        {
+          id: 'net0',
+          type: 'ipv4',
+          link: 'port0',
+          ip_address: ip,
+          netmask: '255.255.255.0',
+          routes: [{ network: '0.0.0.0', netmask: '0.0.0.0', gateway: '10.0.2.2' }],
+        },
+      ],
+    });
+    const vfd = join(work.dir, 'vfd.img');
+    await execa('mkfs.vfat', ['-n', 'ir-vfd-dev', '-C', vfd, '1440']);
+    const params = join(work.dir, 'parameters.txt');
+    await writeFile(params, `ipa-api-url=http://${HOST_IN_GUEST}:${CONDUCTOR_PORT}\nina-console-shell=1`);
+    await execa('mcopy', ['-i', vfd, params, '::parameters.txt']);
+    const tree = join(work.dir, 'iso');
+    await mkdir(join(tree, 'etc', 'ironic-python-agent.d'), { recursive: true });
+    await writeFile(join(tree, 'etc', 'ironic-python-agent.d', 'e2e.conf'), '[DEFAULT]\nadvertise_port = 9876\n');
+    if (networkData) {
+      await mkdir(join(tree, 'openstack', 'latest'), { recursive: true });
+      await writeFile(join(tree, 'openstack', 'latest', 'network_data.json'), JSON.stringify(address('10.0.2.50')));
+    }
+    const iso = join(work.dir, 'boot.iso');
+    const label = networkData ? 'config-2' : 'VMEDIA_BOOT_ISO';
+    await execa('genisoimage', ['-quiet', '-V', label, '-r', '-J', '-o', iso, tree]);
+    const local = join(work.dir, 'vda.img');
+    await execa('mkfs.vfat', ['-n', 'config-2', '-C', local, '8192']);
+    await writeFile(join(work.dir, 'local.json'), JSON.stringify(address('10.0.2.66')));
+    await writeFile(join(work.dir, 'local.conf'), '[DEFAULT]\napi_url = http://10.0.2.66:1\n');
+    await execa('mmd', ['-i', local, '::openstack', '::openstack/latest', '::etc', '::etc/ironic-python-agent.d']);
+    await execa('mcopy', ['-i', local, join(work.dir, 'local.json'), '::openstack/latest/network_data.json']);
+    await execa('mcopy', ['-i', local, join(work.dir, 'local.conf'), '::etc/ironic-python-agent.d/ironic.conf']);
+    return {
+      disk: local,
+      otherDisks: [
+        { file: vfd, bus: 'usb' as const, serial: 'VFD' },
+        { file: iso, bus: 'cdrom' as const, serial: 'CD' },
+      ],
+    };
+  }
+
+  /** Boots with `boot_method=vmedia` alone on the kernel command line; the first accepted heartbeat's callback URL. */
+  async function bootVirtualMedia(networkData: boolean): Promise<string> {
+    const mac = randomMac();
+    conductor = await FakeConductor.start();
+    conductor.addNode({ macs: [mac] });
+    vm = await startVm({
+      ...(await virtualMedia(mac, networkData)),
+      serialLog: join(work.dir, 'serial.log'),
+      mac,
+      forwards: [{ guestPort: CONDUCTOR_PORT, hostPort: Number(new URL(conductor.url).port) }],
+      append: () => 'boot_method=vmedia',
+    });
+    const c = conductor;
+    await c.waitFor(() => c.heartbeats.some((h) => h.status === 202), 'a heartbeat', 180_000);
+    return (c.heartbeats.find((h) => h.status === 202)!.body as { callback_url: string }).callback_url;
+  }
+
+  it("virtual media without DHCP: the parameters.txt of ir-vfd-dev find the conductor and turn on the console shell, the boot ISO's IPA configuration sets the advertised port, and its network_data.json the static address, with no DHCP client", async () => {
+    // The address is the route's source towards the conductor: network_data's, not a lease's.
+    expect(await bootVirtualMedia(true)).toBe('https://10.0.2.50:9876');
+    const v = vm!;
+    const seen = (re: RegExp, from: number) =>
+      until(`${re} on the console`, async () => (re.test(v.serial().slice(from)) ? true : undefined), 60_000);
+    await seen(/\[s\] shell/, 0);
+    const mark = v.serial().length;
+    await v.type('s');
+    await seen(/\[console\] shell/, mark);
+    await v.type(
+      "echo \"addrs=$(ip -4 -o addr show dev eth0 | awk '{print $4}' | tr '\\n' ,) dhcp=$(pidof udhcpc || echo none)\"\r",
+    );
+    await seen(/addrs=10\.0\.2\.50\/24, dhcp=none/, mark);
+  });
+
+  it('virtual media: a config drive on a local disk is not taken for the boot ISO; its network and IPA configuration are ignored, and the ISO (VMEDIA_BOOT_ISO, no network_data) leaves the NIC to DHCP', async () => {
+    // The local disk is the only config-2 device here: taken, its api_url would lead nowhere and its address
+    // would be 10.0.2.66. QEMU's DHCP hands out 10.0.2.15.
+    expect(await bootVirtualMedia(false)).toBe('https://10.0.2.15:9876');
   });
 
   it('deploys from a conductor: lookup, heartbeat, write_image of a qcow2 to a hinted second disk, of a gzip image streamed to a third and buffered to a fourth, and of a raw image with a config drive to the first, power off; the disk files hold them', async () => {

@@ -24,8 +24,11 @@ export interface VmOptions {
   /** The first disk (/dev/vda); `moreDisks` follow as /dev/vdb and on. */
   disk: string;
   moreDisks?: string[];
-  /** Disks on other controllers: an NVMe namespace (QEMU's `nvme`) or a SATA disk on an AHCI controller. */
-  otherDisks?: { file: string; bus: 'nvme' | 'sata'; serial: string }[];
+  /**
+   * Disks on other controllers: an NVMe namespace (QEMU's `nvme`), a SATA disk on an AHCI controller, an ISO
+   * in a SATA CD-ROM drive (read-only: the guest's /dev/sr0), or a removable USB stick (a BMC's virtual media).
+   */
+  otherDisks?: { file: string; bus: 'nvme' | 'sata' | 'cdrom' | 'usb'; serial: string }[];
   serialLog: string;
   mac: string;
   forwards: GuestForward[];
@@ -203,9 +206,20 @@ export async function startVm(o: VmOptions): Promise<Vm> {
 }
 
 function otherDisks(disks: NonNullable<VmOptions['otherDisks']>): string[] {
-  const args = disks.some((d) => d.bus === 'sata') ? ['-device', 'ahci,id=ahci0'] : [];
+  const args = disks.some((d) => d.bus === 'sata' || d.bus === 'cdrom') ? ['-device', 'ahci,id=ahci0'] : [];
+  if (disks.some((d) => d.bus === 'usb')) args.push('-device', 'qemu-xhci,id=xhci0');
   let port = 0;
   disks.forEach((d, i) => {
+    if (d.bus === 'usb') {
+      args.push('-drive', `file=${d.file},if=none,id=o${i},format=raw`);
+      args.push('-device', `usb-storage,bus=xhci0.0,drive=o${i},removable=on,serial=${d.serial}`);
+      return;
+    }
+    if (d.bus === 'cdrom') {
+      args.push('-drive', `file=${d.file},if=none,id=o${i},format=raw,media=cdrom,readonly=on`);
+      args.push('-device', `ide-cd,drive=o${i},bus=ahci0.${port++},serial=${d.serial}`);
+      return;
+    }
     // discard=unmap: the guest's discards punch holes in the file, as TRIM would free flash.
     args.push('-drive', `file=${d.file},if=none,id=o${i},format=raw,cache=unsafe,discard=unmap`);
     if (d.bus === 'nvme') args.push('-device', `nvme,drive=o${i},serial=${d.serial}`);
