@@ -25,6 +25,7 @@ const DEVICE = [
   'test/image-refusals.test.ts',
   'test/inspect-lldp.test.ts',
   'test/netconf-netns.test.ts',
+  'test/udhcpc-script-netns.test.ts',
   'test/robust-body-limit.test.ts',
   'test/robust-buffers.test.ts',
   'test/qcow2-device.test.ts',

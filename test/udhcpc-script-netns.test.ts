@@ -1,0 +1,81 @@
+// The ramdisk's DHCP hook (image-build/rootfs/etc/udhcpc.script) as busybox udhcpc calls it: the lease in
+// environment variables, run with the real `ip` inside a network namespace and a private mount namespace this
+// test creates (root), so that its /etc/resolv.conf and /run/ina are the test's own.
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+const SCRIPT = join(import.meta.dirname, '..', 'image-build', 'rootfs', 'etc', 'udhcpc.script');
+const ns = `ina-udhcpc-${process.pid}`;
+let dir: string;
+
+const inNs = (...args: string[]) => execa('ip', ['-n', ns, ...args]);
+
+/** Runs the hook for `event` with the lease `env`; returns the lease file it left. */
+async function hook(event: string, env: Record<string, string>): Promise<string> {
+  const resolv = join(dir, 'resolv.conf');
+  const lease = join(dir, 'lease');
+  const body = [
+    'mount -t tmpfs none /run && mkdir /run/ina',
+    'mount --bind "$RESOLV" /etc/resolv.conf',
+    '"$SCRIPT" "$EVENT"',
+    'cat /run/ina/lease.p0 > "$LEASE" 2>/dev/null; true',
+  ].join(' && ');
+  await execa('ip', ['netns', 'exec', ns, 'unshare', '-m', 'sh', '-c', body], {
+    env: { ...env, interface: 'p0', RESOLV: resolv, SCRIPT, EVENT: event, LEASE: lease },
+  });
+  return readFile(lease, 'utf8').catch(() => '');
+}
+
+describe('udhcpc.script, inside a network namespace', () => {
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'ina-udhcpc-'));
+    await writeFile(join(dir, 'resolv.conf'), '');
+    await execa('ip', ['netns', 'add', ns]);
+    await inNs('link', 'add', 'p0', 'type', 'veth', 'peer', 'name', 'q0');
+    await inNs('link', 'set', 'p0', 'up');
+    await inNs('link', 'set', 'q0', 'up');
+  });
+  afterEach(async () => {
+    await execa('ip', ['netns', 'del', ns], { reject: false });
+  });
+
+  it('applies classless static routes (option 121) instead of the router option, the MTU, the address and DNS', async () => {
+    const lease = await hook('bound', {
+      ip: '192.0.2.10',
+      mask: '24',
+      router: '192.0.2.1',
+      staticroutes: '198.51.100.0/24 192.0.2.254 0.0.0.0/0 192.0.2.2 203.0.113.7/32 0.0.0.0',
+      mtu: '9000',
+      dns: '192.0.2.53 192.0.2.54',
+      domain: 'example.org',
+    });
+    expect(lease.trim()).toBe('192.0.2.10');
+    expect((await inNs('-4', '-o', 'addr', 'show', 'dev', 'p0')).stdout).toContain('inet 192.0.2.10/24');
+    expect((await inNs('link', 'show', 'dev', 'p0')).stdout).toContain('mtu 9000');
+    const routes = (await inNs('-4', 'route', 'show')).stdout;
+    expect(routes).toContain('default via 192.0.2.2 dev p0');
+    expect(routes).not.toContain('via 192.0.2.1 ');
+    expect(routes).toContain('198.51.100.0/24 via 192.0.2.254 dev p0');
+    expect(routes).toContain('203.0.113.7 dev p0');
+    expect(await readFile(join(dir, 'resolv.conf'), 'utf8')).toBe(
+      'search example.org\nnameserver 192.0.2.53\nnameserver 192.0.2.54\n',
+    );
+  });
+
+  it('uses the router option without static routes; a renewal that keeps the address leaves it and the routes through it in place; a new address replaces the old one', async () => {
+    await hook('bound', { ip: '192.0.2.10', mask: '24', router: '192.0.2.1' });
+    expect((await inNs('-4', 'route', 'show', 'default')).stdout).toContain('default via 192.0.2.1 dev p0');
+    // A route the lease did not make: removing the address, even for a moment, would take it away.
+    await inNs('route', 'add', '203.0.113.0/24', 'via', '192.0.2.254', 'dev', 'p0');
+    await hook('renew', { ip: '192.0.2.10', mask: '24', router: '192.0.2.1' });
+    expect((await inNs('-4', 'route', 'show')).stdout).toContain('203.0.113.0/24 via 192.0.2.254 dev p0');
+    await hook('renew', { ip: '192.0.2.20', mask: '24', router: '192.0.2.1' });
+    const addrs = (await inNs('-4', '-o', 'addr', 'show', 'dev', 'p0')).stdout;
+    expect(addrs).toContain('inet 192.0.2.20/24');
+    expect(addrs).not.toContain('192.0.2.10');
+    expect((await inNs('-4', 'route', 'show', 'default')).stdout).toContain('default via 192.0.2.1 dev p0');
+  });
+});
