@@ -71,8 +71,10 @@ export class HostActions extends EventEmitter<HostActionEvents> {
       this.log.warn({ nics }, 'lockdown simulated: network interfaces left up (outside a ramdisk)');
       return;
     }
-    // The DHCP clients first: at the next lease event their hook brings a NIC up again and takes a lease.
-    const stopped = await stopDhcpClients();
+    // The DHCP clients first: at the next lease event their hook brings a NIC up again and takes a lease. Before
+    // them the ramdisk's watcher, which would start one for a NIC that appears later.
+    await stopProcesses('dhcp-nics');
+    const stopped = await stopProcesses('udhcpc');
     for (const nic of nics) {
       await run('ip', ['link', 'set', nic, 'down'], { log: this.log }).catch((e) =>
         this.log.warn({ nic, err: errorText(e) }, 'ip link set down failed'),
@@ -101,12 +103,12 @@ export class HostActions extends EventEmitter<HostActionEvents> {
   }
 }
 
-/** Ends every udhcpc the ramdisk's init started; returns how many there were. */
-async function stopDhcpClients(): Promise<number> {
+/** Ends every process named `name` (the DHCP clients and watcher the ramdisk's init started); returns how many. */
+async function stopProcesses(name: string): Promise<number> {
   let n = 0;
   for (const pid of (await readdir('/proc')).filter((p) => /^\d+$/.test(p))) {
     const comm = await readFile(`/proc/${pid}/comm`, 'utf8').catch(() => '');
-    if (comm.trim() !== 'udhcpc') continue;
+    if (comm.trim() !== name) continue;
     try {
       process.kill(Number(pid), 'SIGTERM');
       n++;

@@ -262,7 +262,7 @@ describe('the ramdisk under QEMU', () => {
     await expect(agentStatus(v)).rejects.toThrow();
   });
 
-  it('lockdown: the reply arrives, then every NIC is down and no DHCP client is left to bring one up again', async () => {
+  it('a NIC that appears after boot gets a DHCP client and a lease; lockdown: the reply arrives, then every NIC is down and no DHCP client, nor the watcher that starts them, is left', async () => {
     vm = await startVm({
       disk: await sparseDisk('vda.img', 64 * MiB),
       serialLog: join(work.dir, 'serial.log'),
@@ -275,13 +275,20 @@ describe('the ramdisk under QEMU', () => {
     const seen = (re: RegExp, from: number) =>
       until(`${re} on the console`, async () => (re.test(v.serial().slice(from)) ? true : undefined), 60_000);
     await seen(/\[s\] shell/, 0);
+    // Hot-plugged: to /init it is a NIC whose driver registered it long after the wait (mlx5 and ice take seconds).
+    const plugged = v.serial().length;
+    await v.qmp('netdev_add', { type: 'user', id: 'late', restrict: true });
+    await v.qmp('device_add', { driver: 'virtio-net-pci', netdev: 'late', mac: randomMac(), id: 'late' });
+    await seen(/eth1\s+\S+\s+10\.0\.2\.\d+\/24/, plugged);
     expect((await agentCommand(v, 'system.lockdown')).command_status).toBe('SUCCEEDED');
     await seen(/Agent\s+locked down/, 0);
     const mark = v.serial().length;
     await v.type('s');
     await seen(/\[console\] shell/, mark);
-    await v.type('echo "dhcp=$(pidof udhcpc || echo none) eth0=$(cat /sys/class/net/eth0/operstate)"\r');
-    await seen(/dhcp=none eth0=down/, mark);
+    await v.type(
+      'echo "dhcp=$(pidof udhcpc || echo none) watcher=$(pidof dhcp-nics || echo none) $(for n in eth0 eth1; do echo $n=$(cat /sys/class/net/$n/operstate); done)"\r',
+    );
+    await seen(/dhcp=none watcher=none eth0=down\s+eth1=down/, mark);
     await expect(agentStatus(v)).rejects.toThrow();
   });
 

@@ -61,6 +61,8 @@ export interface Vm {
   serial(): string;
   /** Types on the serial console. */
   type(text: string): Promise<void>;
+  /** Runs a QMP command (`device_add`, …) on QEMU; resolves with its return value, rejects with its error. */
+  qmp(command: string, args?: Record<string, unknown>): Promise<unknown>;
   stderr(): string;
   kill(): Promise<void>;
 }
@@ -115,6 +117,8 @@ export async function startVm(o: VmOptions): Promise<Vm> {
     '-no-reboot',
     '-monitor',
     'none',
+    '-qmp',
+    `unix:${o.serialLog}.qmp,server=on,wait=off`,
     '-chardev',
     `socket,id=s0,path=${o.serialLog}.sock,server=on,wait=off,logfile=${o.serialLog}`,
     '-serial',
@@ -196,6 +200,39 @@ export async function startVm(o: VmOptions): Promise<Vm> {
     type: async (text) => {
       const sock = await ttySocket();
       await new Promise<void>((resolve, reject) => sock.write(text, (err) => (err ? reject(err) : resolve())));
+    },
+    qmp: async (command, args) => {
+      const sock = connect(`${o.serialLog}.qmp`);
+      const lines: unknown[] = [];
+      let buffered = '';
+      let wake = () => {};
+      sock.on('data', (d) => {
+        buffered += d.toString('utf8');
+        for (let nl = buffered.indexOf('\n'); nl >= 0; nl = buffered.indexOf('\n')) {
+          lines.push(JSON.parse(buffered.slice(0, nl)));
+          buffered = buffered.slice(nl + 1);
+        }
+        wake();
+      });
+      const reply = async (): Promise<Record<string, unknown>> => {
+        for (;;) {
+          const r = lines.shift() as Record<string, unknown> | undefined;
+          if (r && ('return' in r || 'error' in r || 'QMP' in r)) return r;
+          if (!r) await new Promise<void>((resolve) => (wake = resolve));
+        }
+      };
+      try {
+        await new Promise<void>((resolve, reject) => sock.once('connect', resolve).once('error', reject));
+        await reply();
+        sock.write(`${JSON.stringify({ execute: 'qmp_capabilities' })}\n`);
+        await reply();
+        sock.write(`${JSON.stringify({ execute: command, arguments: args })}\n`);
+        const r = await reply();
+        if ('error' in r) throw new Error(`QMP ${command}: ${JSON.stringify(r.error)}`);
+        return r.return;
+      } finally {
+        sock.destroy();
+      }
     },
     stderr: () => stderr,
     kill: async () => {
