@@ -57,4 +57,42 @@ describe('network_data.json: the helper /init runs, inside a network namespace',
     expect(bad.stdout).toBe('');
     expect(bad.stderr.trim()).toBe('network_data.json: links: must be a list');
   });
+
+  it('undoes what it made when a step fails, so that DHCP starts from a clean NIC', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'ina-netconf-'));
+    await execa('ip', ['netns', 'add', ns]);
+    await execa('ip', ['-n', ns, 'link', 'add', 'p0', 'address', MAC_A, 'type', 'veth', 'peer', 'name', 'q0']);
+    // The route's gateway is not on the link: the kernel refuses it after the address went on.
+    const doc = {
+      links: [DOC.links[0]],
+      networks: [
+        {
+          ...DOC.networks[0],
+          link: 'port-a',
+          routes: [{ network: '198.51.100.0', netmask: '255.255.255.0', gateway: '203.0.113.1' }],
+        },
+      ],
+    };
+    await writeFile(join(dir, 'network_data.json'), JSON.stringify(doc));
+    const r = await execa(
+      'ip',
+      [
+        'netns',
+        'exec',
+        ns,
+        process.execPath,
+        '--import',
+        'tsx',
+        'agent/netconf/main.ts',
+        `--network-data=${join(dir, 'network_data.json')}`,
+      ],
+      { reject: false },
+    );
+    expect(r.exitCode).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toMatch(
+      /^network_data\.json: ip -4 route replace 198\.51\.100\.0\/24 via 203\.0\.113\.1 dev p0: /,
+    );
+    expect((await execa('ip', ['-n', ns, '-4', '-o', 'addr', 'show', 'dev', 'p0'])).stdout).toBe('');
+  });
 });

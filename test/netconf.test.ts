@@ -12,30 +12,53 @@ describe('network_data.json (virtual media without DHCP)', () => {
       ['eno3', MAC_C],
     ]);
     const plan = planNetwork(parseNetworkData(DOC), nics);
-    expect(plan.commands).toEqual([
-      ['link', 'set', 'dev', 'eno1', 'mtu', '9000'],
-      ['link', 'add', 'bond0', 'type', 'bond', 'mode', '802.3ad', 'miimon', '100'],
-      ['link', 'set', 'dev', 'eno1', 'down'],
-      ['link', 'set', 'dev', 'eno1', 'master', 'bond0'],
-      ['link', 'set', 'dev', 'eno2', 'down'],
-      ['link', 'set', 'dev', 'eno2', 'master', 'bond0'],
-      ['link', 'set', 'dev', 'bond0', 'address', MAC_A],
-      ['link', 'add', 'link', 'bond0', 'name', 'bond0.101', 'type', 'vlan', 'id', '101'],
-      ['link', 'set', 'dev', 'bond0.101', 'address', MAC_A],
-      ['link', 'set', 'dev', 'eno1', 'up'],
-      ['link', 'set', 'dev', 'eno2', 'up'],
-      ['link', 'set', 'dev', 'eno3', 'up'],
-      ['link', 'set', 'dev', 'bond0', 'up'],
-      ['link', 'set', 'dev', 'bond0.101', 'up'],
-      ['-4', 'addr', 'add', '192.0.2.10/24', 'dev', 'bond0'],
-      ['-4', 'route', 'replace', 'default', 'via', '192.0.2.1', 'dev', 'bond0'],
-      ['-6', 'addr', 'add', '2001:db8::10/64', 'dev', 'bond0.101'],
-      ['-6', 'route', 'replace', '2001:db8:1::/64', 'via', '2001:db8::1', 'dev', 'bond0.101'],
+    const ip = (...args: string[]) => ({ ip: args });
+    const sysfs = (path: string, value: string) => ({ sysfs: path, value });
+    expect(plan.steps).toEqual([
+      // Bonds through sysfs: busybox's ip (the ramdisk's) drops a bond's mode and options.
+      sysfs('bonding_masters', '+bond0'),
+      sysfs('bond0/bonding/mode', '802.3ad'),
+      sysfs('bond0/bonding/miimon', '100'),
+      ip('link', 'set', 'dev', 'bond0', 'address', MAC_A),
+      ip('link', 'set', 'dev', 'eno1', 'down'),
+      sysfs('bond0/bonding/slaves', '+eno1'),
+      ip('link', 'set', 'dev', 'eno2', 'down'),
+      sysfs('bond0/bonding/slaves', '+eno2'),
+      // A member's MTU goes to the bond, which its members then take.
+      ip('link', 'set', 'dev', 'bond0', 'mtu', '9000'),
+      ip('link', 'add', 'link', 'bond0', 'name', 'bond0.101', 'type', 'vlan', 'id', '101'),
+      ip('link', 'set', 'dev', 'bond0.101', 'address', MAC_A),
+      ip('link', 'set', 'dev', 'eno1', 'up'),
+      ip('link', 'set', 'dev', 'eno2', 'up'),
+      ip('link', 'set', 'dev', 'eno3', 'up'),
+      ip('link', 'set', 'dev', 'bond0', 'up'),
+      ip('link', 'set', 'dev', 'bond0.101', 'up'),
+      ip('-4', 'addr', 'add', '192.0.2.10/24', 'dev', 'bond0'),
+      ip('-4', 'route', 'replace', 'default', 'via', '192.0.2.1', 'dev', 'bond0'),
+      ip('-6', 'addr', 'add', '2001:db8::10/64', 'dev', 'bond0.101'),
+      ip('-6', 'route', 'replace', '2001:db8:1::/64', 'via', '2001:db8::1', 'dev', 'bond0.101'),
     ]);
-    // eno3's network is DHCP: /init starts a client for it.
+    // eno3's network is DHCP: /init starts a client for it. Every other device the document names gets none.
     expect(plan.configured).toEqual(['eno1', 'eno2', 'bond0', 'bond0.101']);
+    expect(plan.created).toEqual(['bond0', 'bond0.101']);
     expect(plan.nameservers).toEqual(['192.0.2.53', '198.51.100.53']);
     expect(plan.skipped).toEqual(['link port-gone: no NIC has the MAC 52:54:00:aa:00:09']);
+  });
+
+  it("raises a VLAN's parent to the VLAN's MTU, and reads MACs written with dashes", () => {
+    const doc = {
+      links: [
+        { id: 'p', type: 'phy', ethernet_mac_address: MAC_A.replaceAll(':', '-'), mtu: 1500 },
+        { id: 'v', type: 'vlan', vlan_link: 'p', vlan_id: 7, mtu: 9000 },
+      ],
+      networks: [{ type: 'ipv4', link: 'v', ip_address: '192.0.2.5', netmask: '255.255.255.0' }],
+    };
+    const plan = planNetwork(parseNetworkData(doc), new Map([['eno1', MAC_A]]));
+    expect(plan.steps.filter((s) => 'ip' in s && s.ip.includes('mtu'))).toEqual([
+      { ip: ['link', 'set', 'dev', 'eno1', 'mtu', '9000'] },
+      { ip: ['link', 'set', 'dev', 'eno1.7', 'mtu', '9000'] },
+    ]);
+    expect(plan.configured).toEqual(['eno1', 'eno1.7']);
   });
 
   it('refuses a malformed document with the place and the reason', () => {

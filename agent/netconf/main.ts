@@ -1,13 +1,17 @@
 // Applies a network_data.json (network-data.ts) to this machine's NICs: /init runs it on a virtual-media boot,
-// before DHCP, and starts no DHCP client on the NICs it names on stdout. Flags: --network-data (the file),
+// before DHCP, and starts no DHCP client on the devices it names on stdout. Flags: --network-data (the file),
 // --sys-class-net (default /sys/class/net) and --resolv-conf (default /etc/resolv.conf), the last two so that
 // the tests can run it inside a network namespace of their own. Exits 1 with one line on stderr when the file
-// is malformed or a command fails; /init then falls back to DHCP everywhere.
+// is malformed or a step fails, after undoing what it made; /init then falls back to DHCP everywhere.
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import { parseFlags } from '../config/sources.ts';
-import { parseNetworkData, planNetwork } from './network-data.ts';
+import { type NetworkData, parseNetworkData, planNetwork, type Plan } from './network-data.ts';
+
+/** How long the NICs the document names may take to appear: drivers such as mlx5 and ice register late. */
+const NIC_WAIT_MS = 15_000;
 
 function nics(sysClassNet: string): Map<string, string> {
   const out = new Map<string, string>();
@@ -22,26 +26,62 @@ function nics(sysClassNet: string): Map<string, string> {
   return out;
 }
 
+async function nicsNamedBy(data: NetworkData, sysClassNet: string): Promise<Map<string, string>> {
+  const wanted = data.links.filter((l) => l.type !== 'bond' && l.type !== 'vlan').map((l) => l.mac!);
+  const deadline = Date.now() + NIC_WAIT_MS;
+  for (;;) {
+    const found = nics(sysClassNet);
+    const macs = new Set([...found.values()].map((m) => m.toLowerCase()));
+    if (wanted.every((m) => macs.has(m)) || Date.now() > deadline) return found;
+    await sleep(250);
+  }
+}
+
+async function ip(args: string[]): Promise<void> {
+  const r = await execa('ip', args, { reject: false });
+  if (r.exitCode !== 0) throw new Error(`ip ${args.join(' ')}: ${(r.stderr || `exit ${r.exitCode}`).trim()}`);
+}
+
+async function apply(plan: Plan, sysClassNet: string): Promise<void> {
+  if (plan.steps.some((s) => 'sysfs' in s))
+    await execa('modprobe', ['-q', 'bonding', 'max_bonds=0'], { reject: false });
+  if (plan.created.some((name) => name.includes('.'))) await execa('modprobe', ['-q', '8021q'], { reject: false });
+  for (const step of plan.steps) {
+    if ('ip' in step) await ip(step.ip);
+    else {
+      try {
+        writeFileSync(join(sysClassNet, step.sysfs), step.value);
+      } catch (err) {
+        throw new Error(`writing ${step.value} to ${step.sysfs}: ${(err as Error).message}`);
+      }
+    }
+  }
+}
+
+/** What a failed plan leaves is taken away, so that DHCP starts from clean NICs. */
+async function undo(plan: Plan): Promise<void> {
+  for (const name of [...plan.created].reverse()) await ip(['link', 'del', name]).catch(() => undefined);
+  for (const name of plan.configured) await ip(['addr', 'flush', 'dev', name]).catch(() => undefined);
+}
+
 async function main(): Promise<void> {
   const flags = parseFlags(process.argv.slice(2));
   const file = flags.get('network-data') ?? '/run/ina/network_data.json';
+  const sysClassNet = flags.get('sys-class-net') ?? '/sys/class/net';
   let json: unknown;
   try {
     json = JSON.parse(readFileSync(file, 'utf8'));
   } catch (err) {
-    throw new Error(`network_data.json: cannot read ${file}: ${(err as Error).message}`);
+    throw new Error(`cannot read ${file}: ${(err as Error).message}`);
   }
-  const plan = planNetwork(parseNetworkData(json), nics(flags.get('sys-class-net') ?? '/sys/class/net'));
+  const data = parseNetworkData(json);
+  const plan = planNetwork(data, await nicsNamedBy(data, sysClassNet));
   for (const why of plan.skipped) process.stderr.write(`network_data.json: ${why}\n`);
-  const kinds = new Set(
-    plan.commands.filter((c) => c[1] === 'add' && c.includes('type')).map((c) => c.at(c.indexOf('type') + 1)),
-  );
-  if (kinds.has('bond')) await execa('modprobe', ['-q', 'bonding'], { reject: false });
-  if (kinds.has('vlan')) await execa('modprobe', ['-q', '8021q'], { reject: false });
-  for (const args of plan.commands) {
-    const r = await execa('ip', args, { reject: false });
-    if (r.exitCode !== 0)
-      throw new Error(`network_data.json: ip ${args.join(' ')}: ${(r.stderr || `exit ${r.exitCode}`).trim()}`);
+  try {
+    await apply(plan, sysClassNet);
+  } catch (err) {
+    await undo(plan);
+    throw err;
   }
   if (plan.nameservers.length > 0) {
     writeFileSync(
@@ -53,6 +93,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: Error) => {
-  process.stderr.write(`${err.message}\n`);
+  process.stderr.write(`network_data.json: ${err.message.replace(/^network_data\.json: /, '')}\n`);
   process.exit(1);
 });

@@ -119,7 +119,10 @@ function parseLink(v: unknown, i: number): Link {
   if (!isObject(v)) fail(where, 'must be an object');
   const id = str(v, 'id', where) ?? fail(where, 'id is missing');
   const type = str(v, 'type', where) ?? 'phy';
-  const mac = (str(v, 'ethernet_mac_address', where) ?? str(v, 'vlan_mac_address', where))?.toLowerCase();
+  // Ironic's schema allows `-` between the octets too.
+  const mac = (str(v, 'ethernet_mac_address', where) ?? str(v, 'vlan_mac_address', where))
+    ?.toLowerCase()
+    .replaceAll('-', ':');
   if (mac !== undefined && !MAC.test(mac)) fail(where, `${mac} is not a MAC address`);
   const link: Link = { id, type, mac, mtu: int(v, 'mtu', where) };
   if (type === 'bond') {
@@ -161,11 +164,16 @@ export function parseNetworkData(v: unknown): NetworkData {
   return { links, networks, dns };
 }
 
+/** One change: an `ip` command, or a write into /sys/class/net (bonds: busybox `ip` drops their options). */
+export type Step = { ip: string[] } | { sysfs: string; value: string };
+
 export interface Plan {
-  /** `ip` argument lists, in order. */
-  commands: string[][];
-  /** The NICs this plan configures (static addresses, bond members): no DHCP client for them. */
+  steps: Step[];
+  /** Every device the document names and this machine has (NICs, bonds, VLANs): no DHCP client for them unless
+   * they carry an ipv4_dhcp network. */
   configured: string[];
+  /** The bonds and VLANs the plan creates: undone when a step fails. */
+  created: string[];
   nameservers: string[];
   /** Links that name a NIC this machine does not have, with why. */
   skipped: string[];
@@ -173,40 +181,54 @@ export interface Plan {
 
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
 
-/** The `ip` commands that give `nics` (name → MAC) the links and static networks of `data`. */
+/** The MTU a link needs: its own, and at least that of every VLAN on it and of a bond's members. */
+function mtuOf(link: Link, all: readonly Link[]): number {
+  const children = all.filter((l) => l.type === 'vlan' && l.vlanLink === link.id);
+  const members = all.filter((l) => link.bondLinks?.includes(l.id));
+  return Math.max(link.mtu ?? 0, ...children.map((c) => mtuOf(c, all)), ...members.map((m) => m.mtu ?? 0));
+}
+
+/** The steps that give `nics` (name → MAC) the links and static networks of `data`. */
 export function planNetwork(data: NetworkData, nics: ReadonlyMap<string, string>): Plan {
-  const plan: Plan = { commands: [], configured: [], nameservers: [], skipped: [] };
+  const plan: Plan = { steps: [], configured: [], created: [], nameservers: [], skipped: [] };
   const byMac = new Map([...nics].map(([name, mac]) => [mac.toLowerCase(), name]));
   const device = new Map<string, string>();
-  const ip = (...args: string[]) => plan.commands.push(args);
-  const physical = data.links.filter((l) => l.type !== 'bond' && l.type !== 'vlan');
-  for (const l of physical) {
+  const ip = (...args: string[]) => plan.steps.push({ ip: args });
+  const sysfs = (path: string, value: string) => plan.steps.push({ sysfs: path, value });
+  const mtu = (l: Link, name: string) => {
+    const m = mtuOf(l, data.links);
+    if (m > 0) ip('link', 'set', 'dev', name, 'mtu', String(m));
+  };
+  const members = new Set(data.links.flatMap((l) => l.bondLinks ?? []));
+  for (const l of data.links.filter((x) => x.type !== 'bond' && x.type !== 'vlan')) {
     const name = byMac.get(l.mac!);
     if (!name) {
       plan.skipped.push(`link ${l.id}: no NIC has the MAC ${l.mac}`);
       continue;
     }
     device.set(l.id, name);
-    if (l.mtu) ip('link', 'set', 'dev', name, 'mtu', String(l.mtu));
+    // A bond member takes the bond's MTU when it is enslaved.
+    if (!members.has(l.id)) mtu(l, name);
   }
   for (const [n, l] of data.links.filter((x) => x.type === 'bond').entries()) {
-    const members = l.bondLinks!.map((id) => device.get(id));
-    if (members.some((m) => m === undefined)) {
+    const ports = l.bondLinks!.map((id) => device.get(id));
+    if (ports.some((m) => m === undefined)) {
       plan.skipped.push(`bond ${l.id}: a member link names no NIC here`);
       continue;
     }
     const name = IFNAME.test(l.id) ? l.id : `bond${n}`;
-    const opts = ['mode', l.bondMode!];
-    if (l.bondMiimon !== undefined) opts.push('miimon', String(l.bondMiimon));
-    if (l.bondHashPolicy) opts.push('xmit_hash_policy', l.bondHashPolicy);
-    ip('link', 'add', name, 'type', 'bond', ...opts);
-    for (const m of members as string[]) {
-      ip('link', 'set', 'dev', m, 'down');
-      ip('link', 'set', 'dev', m, 'master', name);
-      plan.configured.push(m);
-    }
+    sysfs('bonding_masters', `+${name}`);
+    plan.created.push(name);
+    // Mode and hash policy only while the bond has no members.
+    sysfs(`${name}/bonding/mode`, l.bondMode!);
+    if (l.bondMiimon !== undefined) sysfs(`${name}/bonding/miimon`, String(l.bondMiimon));
+    if (l.bondHashPolicy) sysfs(`${name}/bonding/xmit_hash_policy`, l.bondHashPolicy);
     if (l.mac) ip('link', 'set', 'dev', name, 'address', l.mac);
-    if (l.mtu) ip('link', 'set', 'dev', name, 'mtu', String(l.mtu));
+    for (const m of ports as string[]) {
+      ip('link', 'set', 'dev', m, 'down');
+      sysfs(`${name}/bonding/slaves`, `+${m}`);
+    }
+    mtu(l, name);
     device.set(l.id, name);
   }
   for (const l of data.links.filter((x) => x.type === 'vlan')) {
@@ -217,24 +239,27 @@ export function planNetwork(data: NetworkData, nics: ReadonlyMap<string, string>
     }
     const name = `${parent}.${l.vlanId}`.slice(-15);
     ip('link', 'add', 'link', parent, 'name', name, 'type', 'vlan', 'id', String(l.vlanId));
+    plan.created.push(name);
     if (l.mac) ip('link', 'set', 'dev', name, 'address', l.mac);
-    if (l.mtu) ip('link', 'set', 'dev', name, 'mtu', String(l.mtu));
+    mtu(l, name);
     device.set(l.id, name);
   }
   for (const name of new Set(device.values())) ip('link', 'set', 'dev', name, 'up');
+  const dhcp = new Set<string>();
   for (const n of data.networks) {
     const name = device.get(n.link);
-    if (!name || n.address === undefined) continue;
+    if (!name) continue;
+    if (n.type === 'ipv4_dhcp') dhcp.add(name);
+    if (n.address === undefined) continue;
     const family = n.type === 'ipv4' ? '-4' : '-6';
     ip(family, 'addr', 'add', `${n.address}/${n.prefix}`, 'dev', name);
     for (const r of n.routes) {
       const dest = r.prefix === 0 ? 'default' : `${r.network}/${r.prefix}`;
       ip(family, 'route', 'replace', dest, 'via', r.gateway, 'dev', name);
     }
-    plan.configured.push(name);
     plan.nameservers.push(...n.dns);
   }
+  plan.configured = [...new Set(device.values())].filter((name) => !dhcp.has(name));
   plan.nameservers = [...new Set([...plan.nameservers, ...data.dns])];
-  plan.configured = [...new Set(plan.configured)];
   return plan;
 }
