@@ -2,7 +2,7 @@
 // status screen, a conductor stand-in drives a whole deploy (lookup, heartbeat, write_image with a
 // config drive, power off), and the disk file holds the image and a config-2 partition afterwards. Booted
 // through UEFI firmware (OVMF), install_bootloader registers the disk's loader in the firmware's variables.
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { mkdir, readFile, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -299,7 +299,7 @@ describe('the ramdisk under QEMU', () => {
    * sets the advertised port. Also a local disk with a config drive of its own (a former instance's), with
    * another address and an API URL that leads nowhere: not virtual media, so not to be taken.
    */
-  async function virtualMedia(mac: string, networkData: boolean) {
+  async function virtualMedia(mac: string, networkData: boolean, pubId: string | undefined) {
     const address = (ip: string) => ({
       links: [{ id: 'port0', type: 'phy', ethernet_mac_address: mac }],
       networks: [
@@ -316,7 +316,10 @@ describe('the ramdisk under QEMU', () => {
     const vfd = join(work.dir, 'vfd.img');
     await execa('mkfs.vfat', ['-n', 'ir-vfd-dev', '-C', vfd, '1440']);
     const params = join(work.dir, 'parameters.txt');
-    await writeFile(params, `ipa-api-url=http://${HOST_IN_GUEST}:${CONDUCTOR_PORT}\nina-console-shell=1`);
+    await writeFile(
+      params,
+      `ipa-api-url=http://${HOST_IN_GUEST}:${CONDUCTOR_PORT}\nBOOTIF=${mac}\nboot_method=vmedia\nina-console-shell=1`,
+    );
     await execa('mcopy', ['-i', vfd, params, '::parameters.txt']);
     const tree = join(work.dir, 'iso');
     await mkdir(join(tree, 'etc', 'ironic-python-agent.d'), { recursive: true });
@@ -327,7 +330,8 @@ describe('the ramdisk under QEMU', () => {
     }
     const iso = join(work.dir, 'boot.iso');
     const label = networkData ? 'config-2' : 'VMEDIA_BOOT_ISO';
-    await execa('genisoimage', ['-quiet', '-V', label, '-r', '-J', '-o', iso, tree]);
+    const publisher = pubId ? ['-publisher', pubId] : [];
+    await execa('genisoimage', ['-quiet', '-V', label, ...publisher, '-r', '-J', '-o', iso, tree]);
     const local = join(work.dir, 'vda.img');
     await execa('mkfs.vfat', ['-n', 'config-2', '-C', local, '8192']);
     await writeFile(join(work.dir, 'local.json'), JSON.stringify(address('10.0.2.66')));
@@ -344,17 +348,20 @@ describe('the ramdisk under QEMU', () => {
     };
   }
 
-  /** Boots with `boot_method=vmedia` alone on the kernel command line; the first accepted heartbeat's callback URL. */
-  async function bootVirtualMedia(networkData: boolean): Promise<string> {
+  /**
+   * Boots with `boot_method=vmedia` and BOOTIF on the kernel command line (and `ir_pub_id`, as Ironic 39 adds it,
+   * when given); the first accepted heartbeat's callback URL.
+   */
+  async function bootVirtualMedia(networkData: boolean, pubId?: string): Promise<string> {
     const mac = randomMac();
     conductor = await FakeConductor.start();
     conductor.addNode({ macs: [mac] });
     vm = await startVm({
-      ...(await virtualMedia(mac, networkData)),
+      ...(await virtualMedia(mac, networkData, pubId)),
       serialLog: join(work.dir, 'serial.log'),
       mac,
       forwards: [{ guestPort: CONDUCTOR_PORT, hostPort: Number(new URL(conductor.url).port) }],
-      append: () => 'boot_method=vmedia',
+      append: () => `boot_method=vmedia BOOTIF=01-${mac.replaceAll(':', '-')}${pubId ? ` ir_pub_id=${pubId}` : ''}`,
     });
     const c = conductor;
     await c.waitFor(() => c.heartbeats.some((h) => h.status === 202), 'a heartbeat', 180_000);
@@ -363,7 +370,7 @@ describe('the ramdisk under QEMU', () => {
 
   it("virtual media without DHCP: the parameters.txt of ir-vfd-dev find the conductor and turn on the console shell, the boot ISO's IPA configuration sets the advertised port, and its network_data.json the static address, with no DHCP client", async () => {
     // The address is the route's source towards the conductor: network_data's, not a lease's.
-    expect(await bootVirtualMedia(true)).toBe('https://10.0.2.50:9876');
+    expect(await bootVirtualMedia(true, randomUUID())).toBe('https://10.0.2.50:9876');
     const v = vm!;
     const seen = (re: RegExp, from: number) =>
       until(`${re} on the console`, async () => (re.test(v.serial().slice(from)) ? true : undefined), 60_000);
@@ -379,7 +386,8 @@ describe('the ramdisk under QEMU', () => {
 
   it('virtual media: a config drive on a local disk is not taken for the boot ISO; its network and IPA configuration are ignored, and the ISO (VMEDIA_BOOT_ISO, no network_data) leaves the NIC to DHCP', async () => {
     // The local disk is the only config-2 device here: taken, its api_url would lead nowhere and its address
-    // would be 10.0.2.66. QEMU's DHCP hands out 10.0.2.15.
+    // would be 10.0.2.66. QEMU's DHCP hands out 10.0.2.15. No ir_pub_id (Ironic 21.4 sends none): the device's
+    // kind alone must keep the local disk out.
     expect(await bootVirtualMedia(false)).toBe('https://10.0.2.15:9876');
   });
 
