@@ -20,6 +20,8 @@ async function hook(event: string, env: Record<string, string>): Promise<string>
   const body = [
     'mount -t tmpfs none /run && mkdir /run/ina',
     'mount --bind "$RESOLV" /etc/resolv.conf',
+    // Its lease events go to the kernel log: not the host's.
+    'mount --bind /dev/null /dev/kmsg',
     '"$SCRIPT" "$EVENT"',
     'cat /run/ina/lease.p0 > "$LEASE" 2>/dev/null; true',
   ].join(' && ');

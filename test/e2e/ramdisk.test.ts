@@ -198,7 +198,7 @@ describe('the ramdisk under QEMU', () => {
     expect((await execa('blkid', ['-p', '-O', String(MiB), disk], { reject: false })).exitCode).toBe(2);
   });
 
-  it('rescue: after finalize_rescue the rescue user logs in as root with the password given to Ironic, on the serial console and over SSH (not before)', async () => {
+  it('rescue: after finalize_rescue the rescue user logs in as root with the password given to Ironic, on the serial console and over SSH (not before), and the DHCP clients go back to their server for the tenant network', async () => {
     vm = await startVm({
       disk: await sparseDisk('vda.img', 64 * MiB),
       serialLog: join(work.dir, 'serial.log'),
@@ -246,6 +246,12 @@ describe('the ramdisk under QEMU', () => {
     await new Promise((res) => setTimeout(res, 1000));
     await v.type('echo "I am $LOGNAME, uid $(id -u), $((6*7))"\r');
     await seen(/I am rescue, uid 0, 42/, mark);
+    // Ironic now moves the ports to the tenant network: every DHCP client is sent back to the server (here the
+    // same one, which renews; on a moved port the renewal goes unanswered and discovery starts over).
+    await v.type(
+      'sleep 7; dmesg | grep -o "ina: \\(rescue: DHCP discovery again\\|DHCP [a-z]* on eth0\\)" | tail -n 6\r',
+    );
+    await seen(/ina: rescue: DHCP discovery again\s+ina: DHCP (renew|deconfig|bound) on eth0/, mark);
     // Over the network, as the tenant reaches a rescued node: the wrong password and root are refused.
     const wrong = await ssh('rescue', 'wrong horse');
     expect(wrong.exitCode).not.toBe(0);
