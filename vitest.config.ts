@@ -26,6 +26,7 @@ const DEVICE = [
   'test/inspect-lldp.test.ts',
   'test/netconf-netns.test.ts',
   'test/udhcpc-script-netns.test.ts',
+  'test/dhcpv6-netns.test.ts',
   'test/robust-body-limit.test.ts',
   'test/robust-buffers.test.ts',
   'test/qcow2-device.test.ts',

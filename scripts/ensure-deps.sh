@@ -16,6 +16,8 @@ declare -A tools=(
   [pigz]=pigz [zstd]=zstd [xz]=xz-utils [sfdisk]=fdisk [partprobe]=parted [blkdiscard]=util-linux [curl]=curl
   [openssl]=openssl [ip]=iproute2 [hdparm]=hdparm
   [efibootmgr]=efibootmgr [stress-ng]=stress-ng [fio]=fio [tcpdump]=tcpdump [dmidecode]=dmidecode
+  # The ramdisk's IPv6 client, tested against dnsmasq's DHCPv6 in a network namespace (neither starts a service).
+  [dhcpcd]=dhcpcd-base [dnsmasq]=dnsmasq-base
 )
 # file -> Debian package, for packages that bring no command
 declare -A files=()

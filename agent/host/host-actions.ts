@@ -74,7 +74,7 @@ export class HostActions extends EventEmitter<HostActionEvents> {
     // The DHCP clients first: at the next lease event their hook brings a NIC up again and takes a lease. Before
     // them the ramdisk's watcher, which would start one for a NIC that appears later.
     await stopProcesses('dhcp-nics');
-    const stopped = await stopProcesses('udhcpc');
+    const stopped = (await stopProcesses('udhcpc')) + (await stopProcesses('dhcpcd'));
     for (const nic of nics) {
       await run('ip', ['link', 'set', nic, 'down'], { log: this.log }).catch((e) =>
         this.log.warn({ nic, err: errorText(e) }, 'ip link set down failed'),
@@ -103,7 +103,7 @@ export class HostActions extends EventEmitter<HostActionEvents> {
   }
 }
 
-/** Ends every process named `name` (the DHCP clients and watcher the ramdisk's init started); returns how many. */
+/** Ends every process named `name` (the DHCP clients and the watcher the ramdisk started); returns how many. */
 async function stopProcesses(name: string): Promise<number> {
   let n = 0;
   for (const pid of (await readdir('/proc')).filter((p) => /^\d+$/.test(p))) {
