@@ -1,7 +1,7 @@
 // The ramdisk's DHCP hook (image-build/rootfs/etc/udhcpc.script) as busybox udhcpc calls it: the lease in
 // environment variables, run with the real `ip` inside a network namespace and a private mount namespace this
 // test creates (root), so that its /etc/resolv.conf and /run/ina are the test's own.
-import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -13,28 +13,28 @@ let dir: string;
 
 const inNs = (...args: string[]) => execa('ip', ['-n', ns, ...args]);
 
-/** Runs the hook for `event` with the lease `env`; returns the lease file it left. */
+/** Runs the hook for `event` with the lease `env` (on p0 unless it names another); returns the lease file it left. */
 async function hook(event: string, env: Record<string, string>): Promise<string> {
-  const resolv = join(dir, 'resolv.conf');
-  const lease = join(dir, 'lease');
+  const iface = env.interface ?? 'p0';
   const body = [
-    'mount -t tmpfs none /run && mkdir /run/ina',
-    'mount --bind "$RESOLV" /etc/resolv.conf',
-    // Its lease events go to the kernel log: not the host's.
-    'mount --bind /dev/null /dev/kmsg',
+    'mount -t tmpfs none /run && mkdir /run/ina && mount --bind "$DIR/run-ina" /run/ina',
+    'mount --bind "$DIR/resolv.conf" /etc/resolv.conf',
+    // Its lease events go to the kernel log: here a file of the test's.
+    'mount --bind "$DIR/kmsg" /dev/kmsg',
     '"$SCRIPT" "$EVENT"',
-    'cat /run/ina/lease.p0 > "$LEASE" 2>/dev/null; true',
   ].join(' && ');
   await execa('ip', ['netns', 'exec', ns, 'unshare', '-m', 'sh', '-c', body], {
-    env: { ...env, interface: 'p0', RESOLV: resolv, SCRIPT, EVENT: event, LEASE: lease },
+    env: { interface: iface, ...env, DIR: dir, SCRIPT, EVENT: event },
   });
-  return readFile(lease, 'utf8').catch(() => '');
+  return readFile(join(dir, 'run-ina', `lease.${iface}`), 'utf8').catch(() => '');
 }
 
 describe('udhcpc.script, inside a network namespace', () => {
   beforeEach(async () => {
     dir = await mkdtemp(join(tmpdir(), 'ina-udhcpc-'));
     await writeFile(join(dir, 'resolv.conf'), '');
+    await writeFile(join(dir, 'kmsg'), '');
+    await mkdir(join(dir, 'run-ina'));
     await execa('ip', ['netns', 'add', ns]);
     await inNs('link', 'add', 'p0', 'type', 'veth', 'peer', 'name', 'q0');
     await inNs('link', 'set', 'p0', 'up');
@@ -79,5 +79,44 @@ describe('udhcpc.script, inside a network namespace', () => {
     expect(addrs).toContain('inet 192.0.2.20/24');
     expect(addrs).not.toContain('192.0.2.10');
     expect((await inNs('-4', 'route', 'show', 'default')).stdout).toContain('default via 192.0.2.1 dev p0');
+  });
+
+  it("another NIC's lease adds only what nobody has: the first lease's routes stay; a renewal with a new router moves that NIC's own default route", async () => {
+    await inNs('link', 'add', 'p1', 'type', 'veth', 'peer', 'name', 'q1');
+    await inNs('link', 'set', 'p1', 'up');
+    await hook('bound', { ip: '192.0.2.10', mask: '24', staticroutes: '10.0.0.0/8 192.0.2.254 0.0.0.0/0 192.0.2.1' });
+    await hook('bound', {
+      interface: 'p1',
+      ip: '198.51.100.10',
+      mask: '24',
+      staticroutes: '10.0.0.0/8 198.51.100.254 0.0.0.0/0 198.51.100.1',
+    });
+    let routes = (await inNs('-4', 'route', 'show')).stdout;
+    expect(routes).toContain('10.0.0.0/8 via 192.0.2.254 dev p0');
+    expect(routes).toContain('default via 192.0.2.1 dev p0');
+    expect(routes).not.toContain('via 198.51.100.254');
+    expect(routes).not.toContain('default via 198.51.100.1');
+    await hook('renew', { ip: '192.0.2.10', mask: '24', router: '192.0.2.2' });
+    routes = (await inNs('-4', 'route', 'show')).stdout;
+    expect(routes).toContain('default via 192.0.2.2 dev p0');
+    expect(routes).not.toContain('default via 192.0.2.1');
+  });
+
+  it('says once in the kernel log that a NIC gets no lease, not at every retry; leases and renewals each get a line', async () => {
+    // /dev/kmsg takes each write as one record; the file standing in for it keeps the last, so read after each.
+    const lines: string[] = [];
+    const run = async (event: string, env: Record<string, string> = {}) => {
+      await writeFile(join(dir, 'kmsg'), '');
+      await hook(event, env);
+      lines.push(...(await readFile(join(dir, 'kmsg'), 'utf8')).split('\n').filter(Boolean));
+    };
+    for (let i = 0; i < 3; i++) await run('leasefail');
+    await run('bound', { ip: '192.0.2.10', mask: '24' });
+    await run('renew', { ip: '192.0.2.10', mask: '24' });
+    expect(lines).toEqual([
+      '<6>ina: DHCP: no lease on p0 yet',
+      '<6>ina: DHCP bound on p0: 192.0.2.10/24',
+      '<6>ina: DHCP renew on p0: 192.0.2.10/24',
+    ]);
   });
 });
