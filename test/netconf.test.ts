@@ -45,6 +45,26 @@ describe('network_data.json (virtual media without DHCP)', () => {
     expect(plan.skipped).toEqual(['link port-gone: no NIC has the MAC 52:54:00:aa:00:09']);
   });
 
+  it('keeps the first default route of a family when two networks give one', () => {
+    const second = {
+      ...DOC.networks[0],
+      link: 'port-c',
+      ip_address: '198.51.100.7',
+      routes: [{ network: '0.0.0.0', netmask: '0.0.0.0', gateway: '198.51.100.1' }],
+    };
+    const plan = planNetwork(
+      parseNetworkData({ ...DOC, networks: [DOC.networks[0], second] }),
+      new Map([
+        ['eno1', MAC_A],
+        ['eno2', MAC_B],
+        ['eno3', MAC_C],
+      ]),
+    );
+    const defaults = plan.steps.filter((s) => 'ip' in s && s.ip.includes('default'));
+    expect(defaults).toEqual([{ ip: ['-4', 'route', 'replace', 'default', 'via', '192.0.2.1', 'dev', 'bond0'] }]);
+    expect(plan.skipped).toContain('network on port-c: a second default route (via 198.51.100.1) left out');
+  });
+
   it("raises a VLAN's parent to the VLAN's MTU, and reads MACs written with dashes", () => {
     const doc = {
       links: [

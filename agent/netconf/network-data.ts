@@ -246,6 +246,7 @@ export function planNetwork(data: NetworkData, nics: ReadonlyMap<string, string>
   }
   for (const name of new Set(device.values())) ip('link', 'set', 'dev', name, 'up');
   const dhcp = new Set<string>();
+  const defaults = new Set<string>();
   for (const n of data.networks) {
     const name = device.get(n.link);
     if (!name) continue;
@@ -254,6 +255,12 @@ export function planNetwork(data: NetworkData, nics: ReadonlyMap<string, string>
     const family = n.type === 'ipv4' ? '-4' : '-6';
     ip(family, 'addr', 'add', `${n.address}/${n.prefix}`, 'dev', name);
     for (const r of n.routes) {
+      if (r.prefix === 0 && defaults.has(family)) {
+        // One default route per family: the first network's, as the document lists them.
+        plan.skipped.push(`network on ${n.link}: a second default route (via ${r.gateway}) left out`);
+        continue;
+      }
+      if (r.prefix === 0) defaults.add(family);
       const dest = r.prefix === 0 ? 'default' : `${r.network}/${r.prefix}`;
       ip(family, 'route', 'replace', dest, 'via', r.gateway, 'dev', name);
     }
