@@ -248,9 +248,7 @@ describe('the ramdisk under QEMU', () => {
     await seen(/I am rescue, uid 0, 42/, mark);
     // Ironic now moves the ports to the tenant network: every DHCP client is sent back to the server (here the
     // same one, which renews; on a moved port the renewal goes unanswered and discovery starts over).
-    await v.type(
-      'sleep 7; dmesg | grep -o "ina: \\(rescue: DHCP renewal\\|DHCP [a-z]* on eth0\\)" | tail -n 6\r',
-    );
+    await v.type('sleep 7; dmesg | grep -o "ina: \\(rescue: DHCP renewal\\|DHCP [a-z]* on eth0\\)" | tail -n 6\r');
     await seen(/ina: rescue: DHCP renewal\s+ina: DHCP (renew|deconfig|bound) on eth0/, mark);
     // Over the network, as the tenant reaches a rescued node: the wrong password and root are refused.
     const wrong = await ssh('rescue', 'wrong horse');
