@@ -3,6 +3,7 @@
 // had just booted again (forgets token and history, looks itself up anew), and the host is untouched.
 import { EventEmitter } from 'node:events';
 import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { SystemRebootError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
 import type { Logger } from '../log.ts';
@@ -66,15 +67,17 @@ export class HostActions extends EventEmitter<HostActionEvents> {
   }
 
   private async nicsDown(): Promise<void> {
-    const nics = (await readdir('/sys/class/net')).filter((n) => n !== 'lo').sort();
     if (this.mode === 'simulated') {
+      const nics = (await readdir('/sys/class/net')).filter((n) => n !== 'lo').sort();
       this.log.warn({ nics }, 'lockdown simulated: network interfaces left up (outside a ramdisk)');
       return;
     }
-    // The DHCP clients first: at the next lease event their hook brings a NIC up again and takes a lease. Before
-    // them the ramdisk's watcher, which would start one for a NIC that appears later.
-    await stopProcesses('dhcp-nics');
-    const stopped = (await stopProcesses('udhcpc')) + (await stopProcesses('dhcpcd'));
+    // The DHCP clients first, and gone before a NIC goes down: at their next lease event, or as dhcpcd leaves,
+    // a client brings its NIC up again. Before them the ramdisk's watcher, which would start clients for a NIC
+    // that appears later. The NICs are listed after, so that one that appeared meanwhile goes down too.
+    await stopProcesses(['dhcp-nics']);
+    const stopped = await stopProcesses(['udhcpc', 'dhcpcd']);
+    const nics = (await readdir('/sys/class/net')).filter((n) => n !== 'lo').sort();
     for (const nic of nics) {
       await run('ip', ['link', 'set', nic, 'down'], { log: this.log }).catch((e) =>
         this.log.warn({ nic, err: errorText(e) }, 'ip link set down failed'),
@@ -103,18 +106,33 @@ export class HostActions extends EventEmitter<HostActionEvents> {
   }
 }
 
-/** Ends every process named `name` (the DHCP clients and the watcher the ramdisk started); returns how many. */
-async function stopProcesses(name: string): Promise<number> {
-  let n = 0;
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/**
+ * Ends every process with one of `names` (the DHCP clients and the watcher the ramdisk started) and waits until
+ * they are gone (SIGKILL after 3 s); returns how many there were.
+ */
+async function stopProcesses(names: readonly string[]): Promise<number> {
+  const pids: number[] = [];
   for (const pid of (await readdir('/proc')).filter((p) => /^\d+$/.test(p))) {
     const comm = await readFile(`/proc/${pid}/comm`, 'utf8').catch(() => '');
-    if (comm.trim() !== name) continue;
+    if (!names.includes(comm.trim())) continue;
     try {
       process.kill(Number(pid), 'SIGTERM');
-      n++;
+      pids.push(Number(pid));
     } catch {
       // already gone
     }
   }
-  return n;
+  const deadline = Date.now() + 3000;
+  while (pids.some(alive) && Date.now() < deadline) await sleep(50);
+  for (const pid of pids.filter(alive)) process.kill(pid, 'SIGKILL');
+  return pids.length;
 }

@@ -286,6 +286,8 @@ describe('the ramdisk under QEMU', () => {
     await seen(/eth1\s+\S+\s+10\.0\.2\.\d+\/24/, plugged);
     expect((await agentCommand(v, 'system.lockdown')).command_status).toBe('SUCCEEDED');
     await seen(/Agent\s+locked down/, 0);
+    // The clients are stopped (and gone) before the NICs go down; the agent logs when it is done.
+    await seen(/lockdown: network interfaces down/, 0);
     const mark = v.serial().length;
     await v.type('s');
     await seen(/\[console\] shell/, mark);
