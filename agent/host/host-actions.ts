@@ -6,6 +6,7 @@ import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SystemRebootError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
+import { listSys } from './sysfs.ts';
 import type { Logger } from '../log.ts';
 
 export type PowerAction = 'poweroff' | 'reboot';
@@ -68,8 +69,7 @@ export class HostActions extends EventEmitter<HostActionEvents> {
 
   private async nicsDown(): Promise<void> {
     if (this.mode === 'simulated') {
-      const nics = (await readdir('/sys/class/net')).filter((n) => n !== 'lo').sort();
-      this.log.warn({ nics }, 'lockdown simulated: network interfaces left up (outside a ramdisk)');
+      this.log.warn({ nics: await listNics() }, 'lockdown simulated: network interfaces left up (outside a ramdisk)');
       return;
     }
     // The DHCP clients first, and gone before a NIC goes down: at their next lease event, or as dhcpcd leaves,
@@ -77,7 +77,7 @@ export class HostActions extends EventEmitter<HostActionEvents> {
     // that appears later. The NICs are listed after, so that one that appeared meanwhile goes down too.
     await stopProcesses(['dhcp-nics']);
     const stopped = await stopProcesses(['udhcpc', 'dhcpcd']);
-    const nics = (await readdir('/sys/class/net')).filter((n) => n !== 'lo').sort();
+    const nics = await listNics();
     for (const nic of nics) {
       await run('ip', ['link', 'set', nic, 'down'], { log: this.log }).catch((e) =>
         this.log.warn({ nic, err: errorText(e) }, 'ip link set down failed'),
@@ -105,6 +105,8 @@ export class HostActions extends EventEmitter<HostActionEvents> {
     }
   }
 }
+
+const listNics = async (): Promise<string[]> => (await listSys('/sys/class/net')).filter((n) => n !== 'lo').sort();
 
 const alive = (pid: number): boolean => {
   try {

@@ -3,25 +3,22 @@
 // --sys-class-net (default /sys/class/net) and --resolv-conf (default /etc/resolv.conf), the last two so that
 // the tests can run it inside a network namespace of their own. Exits 1 with one line on stderr when the file
 // is malformed or a step fails, after undoing what it made; /init then falls back to DHCP everywhere.
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import { parseFlags } from '../config/sources.ts';
+import { listSys, readSys } from '../host/sysfs.ts';
 import { type NetworkData, parseNetworkData, planNetwork, type Plan } from './network-data.ts';
 
 /** How long the NICs the document names may take to appear: drivers such as mlx5 and ice register late. */
 const NIC_WAIT_MS = 15_000;
 
-function nics(sysClassNet: string): Map<string, string> {
+async function nics(sysClassNet: string): Promise<Map<string, string>> {
   const out = new Map<string, string>();
-  for (const name of readdirSync(sysClassNet)) {
-    if (name === 'lo') continue;
-    try {
-      out.set(name, readFileSync(join(sysClassNet, name, 'address'), 'utf8').trim());
-    } catch {
-      // A NIC that went away while listed.
-    }
+  for (const name of await listSys(sysClassNet)) {
+    const mac = name === 'lo' ? null : await readSys(join(sysClassNet, name, 'address'));
+    if (mac) out.set(name, mac);
   }
   return out;
 }
@@ -30,7 +27,7 @@ async function nicsNamedBy(data: NetworkData, sysClassNet: string): Promise<Map<
   const wanted = data.links.filter((l) => l.type !== 'bond' && l.type !== 'vlan').map((l) => l.mac!);
   const deadline = Date.now() + NIC_WAIT_MS;
   for (;;) {
-    const found = nics(sysClassNet);
+    const found = await nics(sysClassNet);
     const macs = new Set([...found.values()].map((m) => m.toLowerCase()));
     if (wanted.every((m) => macs.has(m)) || Date.now() > deadline) return found;
     await sleep(250);
