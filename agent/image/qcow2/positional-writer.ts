@@ -4,15 +4,14 @@
 // pieces of a 4 KiB block (512-byte clusters, odd virtual sizes) are gathered in memory until the block is
 // whole, and whatever is still partial at the end (the image's last bytes) goes through the page cache.
 // Long runs of zeros (unallocated and zero clusters) are zeroed by the device itself, as qemu-img does onto a
-// host device: BLKZEROOUT (`blkdiscard --zeroout`), which the kernel turns into WRITE ZEROES or, on a disk
-// without it, writes from its own zero page. The agent then neither copies nor sends those bytes.
+// host device (device-zeroing.ts): the agent then neither copies nor sends those bytes.
 import { constants } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import { ImageWriteError, errorText } from '../../errors.ts';
-import { run } from '../../exec.ts';
 import { writeAll } from '../../host/write-all.ts';
 import type { Logger } from '../../log.ts';
 import type { DeviceGuard } from '../../safety/device-guard.ts';
+import { DeviceZeroing } from './device-zeroing.ts';
 import type { WriteTarget } from './reader.ts';
 
 const MiB = 1024 * 1024;
@@ -45,16 +44,8 @@ export class PositionalWriter implements WriteTarget {
   private failure: Error | null = null;
   private readonly partials = new Map<number, Partial>();
   private closed = false;
-  /** Cleared when the device refused to zero a range: zeros are written from memory from then on. */
-  private zeroout = true;
-  /** The device's zeroing, one batch at a time, alongside the writes (other ranges). */
-  private zeroing: Promise<void> = Promise.resolve();
-  /** Ranges waiting for the batch in progress to end. */
-  private readonly queued: [number, number][] = [];
-  /** Ranges the device would not zero: written from memory by finish(). */
-  private readonly unzeroed: [number, number][] = [];
-  /** Stops a zeroing batch on release: one can take hours on a disk without WRITE ZEROES. */
-  private readonly stopZeroing = new AbortController();
+  /** Once the device refused a range, zeros are written from memory; finish() writes the ranges it refused. */
+  private readonly zeroing: DeviceZeroing;
 
   private constructor(
     private readonly fh: FileHandle,
@@ -67,6 +58,7 @@ export class PositionalWriter implements WriteTarget {
     this.blocks = Array.from({ length: DEPTH }, (_, i) => Buffer.from(memory.buffer, i * BLOCK, BLOCK));
     this.single = Buffer.from(memory.buffer, DEPTH * BLOCK, ALIGN);
     this.inFlight = new Array(DEPTH).fill(Promise.resolve());
+    this.zeroing = new DeviceZeroing(path);
   }
 
   static async open(path: string, limit: number, guard: DeviceGuard, log: Logger): Promise<PositionalWriter> {
@@ -87,47 +79,14 @@ export class PositionalWriter implements WriteTarget {
     this.bounds(offset, length);
     const start = Math.ceil(offset / ALIGN) * ALIGN;
     const end = Math.floor((offset + length) / ALIGN) * ALIGN;
-    if (!this.zeroout || end - start < ZEROOUT_MIN) {
+    if (!this.zeroing.working || end - start < ZEROOUT_MIN) {
       await this.put(offset, length, fill);
       return;
     }
+    // Each guest byte is placed once, so no write in flight covers the range the device zeroes.
     await this.put(offset, start - offset, fill);
-    this.queued.push([start, end - start]);
-    if (this.queued.length === 1) this.zeroing = this.zeroing.then(() => this.zeroOut(this.queued.splice(0)));
+    this.zeroing.add(start, end - start);
     await this.put(end, offset + length - end, fill);
-  }
-
-  /**
-   * Has the device zero `ranges` (4 KiB-aligned) while the stream goes on; each guest byte is placed once, so no
-   * write in flight covers them. The ranges that queued up while the previous batch ran go in one shell, not
-   * one tool each: a spawn forks the agent on its main thread, which costs more than the zeroing. Ranges the
-   * device refuses are written by finish() (a batch that failed part-way is written whole: zeros twice).
-   */
-  private async zeroOut(ranges: [number, number][]): Promise<void> {
-    if (!this.zeroout || this.closed) {
-      this.unzeroed.push(...ranges);
-      return;
-    }
-    // Stopped, the shell stops its blkdiscard too (only the shell has the parent-death signal).
-    const each = [
-      'dev=$1; shift',
-      "trap 'kill $pid 2>/dev/null; exit 143' TERM",
-      'while [ $# -gt 0 ]; do blkdiscard --zeroout --offset "$1" --length "$2" "$dev" & pid=$!; wait $pid || exit; shift 2; done',
-    ].join('\n');
-    try {
-      await run('sh', ['-c', each, 'zeroout', this.path, ...ranges.flatMap(([s, n]) => [String(s), String(n)])], {
-        timeoutMs: 0,
-        signal: this.stopZeroing.signal,
-      });
-    } catch (err) {
-      if (this.closed) return;
-      this.log.warn(
-        { device: this.path, err: errorText(err) },
-        'the device would not zero a range itself; writing the zeros instead',
-      );
-      this.zeroout = false;
-      this.unzeroed.push(...ranges);
-    }
   }
 
   private bounds(offset: number, length: number): void {
@@ -230,8 +189,14 @@ export class PositionalWriter implements WriteTarget {
 
   /** Writes what is still gathered and makes everything durable. */
   async finish(): Promise<void> {
-    await this.zeroing;
-    for (const [start, length] of this.unzeroed.splice(0)) await this.put(start, length, fill);
+    const { unzeroed, why } = await this.zeroing.finish();
+    if (unzeroed.length > 0) {
+      this.log.warn(
+        { device: this.path, err: why, ranges: unzeroed.length },
+        'the device would not zero a range itself; writing the zeros instead',
+      );
+    }
+    for (const [start, length] of unzeroed) await this.put(start, length, fill);
     await this.endRun();
     await Promise.all([...this.inFlight, this.singleWrite]);
     if (this.failure) throw this.failure;
@@ -261,8 +226,7 @@ export class PositionalWriter implements WriteTarget {
   async release(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.stopZeroing.abort();
-    await Promise.all([...this.inFlight, this.singleWrite, this.zeroing]);
+    await Promise.all([...this.inFlight, this.singleWrite, this.zeroing.stop()]);
     await this.fh.close().catch(() => undefined);
   }
 }
