@@ -40,7 +40,7 @@ export async function downloadConfigDrive(
     const opened = await transfer.open([url]);
     const tooLong = () =>
       new ConfigDriveError(`The config drive at '${shownUrl(url)}' is larger than ${maxBytes} bytes`);
-    return await readBounded(opened.body, maxBytes, tooLong);
+    return await readBounded(opened.body, opened.cancel, maxBytes, tooLong);
   } catch (err) {
     if (err instanceof ConfigDriveError) throw err;
     throw new ConfigDriveError(`Can't download the configdrive content from '${shownUrl(url)}': ${errorText(err)}`);

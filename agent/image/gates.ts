@@ -5,7 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { InvalidImage } from '../errors.ts';
 import { mortal } from '../exec.ts';
-import { readAtLeast, rest } from './peek.ts';
+import { afterHead, readAtLeast, rest } from './peek.ts';
 import type { ImageInspection } from './inspect.ts';
 import { DECODER_TOOL, type Compressed, type Compression } from './sniff.ts';
 import { assertStarted, decodeFailure, exitOf, failed, type Exit } from './sinks/tool-process.ts';
@@ -14,12 +14,13 @@ type Check = (head: Buffer) => Promise<void>;
 
 /** Collects the first `bytes` of a stream, hands them to `check` (which may refuse), then passes everything on. */
 function headGate(bytes: number, check: Check) {
-  return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+  return (source: AsyncIterable<Buffer>): AsyncIterable<Buffer> => {
     const it = source[Symbol.asyncIterator]();
-    const head = await readAtLeast(it, bytes);
-    await check(head);
-    if (head.length > 0) yield head;
-    yield* rest(it);
+    return afterHead(it, async () => {
+      const head = await readAtLeast(it, bytes);
+      await check(head);
+      return head;
+    });
   };
 }
 

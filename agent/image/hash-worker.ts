@@ -78,17 +78,26 @@ export class HashWorker {
     this.pendingDigest?.reject(this.failure);
   }
 
-  /** Adds downloaded bytes to the hash; resolves once they are copied (the chunk may then be reused). */
-  async update(chunk: Buffer): Promise<void> {
+  /**
+   * Adds downloaded bytes to the hash. The chunk may be reused once they are copied: at once when there is room
+   * in the ring (no promise, no turn of the event loop per chunk), else when the returned promise resolves.
+   */
+  update(chunk: Buffer): Promise<void> | undefined {
     let at = 0;
     while (at < chunk.length) {
-      if (this.fill === 0) await this.busy[this.current];
+      if (this.fill === 0 && this.busy[this.current]) return this.updateLater(chunk.subarray(at));
       if (this.failure) throw this.failure;
       const n = chunk.copy(this.slots[this.current]!, this.fill, at);
       at += n;
       this.fill += n;
       if (this.fill === SLOT_BYTES) this.post();
     }
+    return undefined;
+  }
+
+  private async updateLater(rest: Buffer): Promise<void> {
+    await this.busy[this.current];
+    await this.update(rest);
   }
 
   private post(): void {
@@ -96,6 +105,7 @@ export class HashWorker {
     this.busy[slot] = new Promise((resolve) => {
       this.release[slot] = () => {
         this.release[slot] = null;
+        this.busy[slot] = null;
         resolve();
       };
     });

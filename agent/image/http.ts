@@ -29,11 +29,12 @@ export function retryAfterMs(res: Response, now: number): number {
 }
 
 /**
- * Reads `body` up to `max` bytes. Past that, the body is dropped and `tooLong` decides: null keeps what was
- * read (an error message's excerpt); an error is thrown.
+ * Reads `body` up to `max` bytes, then `drop`s it (which must end the transfer). Past `max`, `tooLong` decides:
+ * null keeps what was read (an error message's excerpt); an error is thrown.
  */
 export async function readBounded(
-  body: AsyncIterable<Buffer> & { destroy(): void },
+  body: AsyncIterable<Buffer>,
+  drop: () => void,
   max: number,
   tooLong: () => Error | null,
 ): Promise<Buffer> {
@@ -50,14 +51,19 @@ export async function readBounded(
       }
     }
   } finally {
-    body.destroy();
+    drop();
   }
   return Buffer.concat(chunks);
 }
 
 /** The start of an unwanted answer's body, for the error message; the rest (a whole image, maybe) is never read. */
 export async function errorExcerpt(res: Response): Promise<string> {
-  const bytes = await readBounded(res.body as never, MAX_ERROR_BODY, () => null).catch(() => Buffer.alloc(0));
+  const bytes = await readBounded(
+    res.body,
+    () => res.body.destroy(),
+    MAX_ERROR_BODY,
+    () => null,
+  ).catch(() => Buffer.alloc(0));
   const text = bytes.toString('utf8');
   return text.length > MAX_ERROR_BODY ? `${text.slice(0, MAX_ERROR_BODY)}…` : text;
 }
@@ -107,7 +113,10 @@ export function contentCoding(res: Response): ContentCoding | null {
 /** Undoes a content-coding over the (already resumed and spliced) wire body. */
 const DECODERS = { gzip: createGunzip, deflate: createInflate, br: createBrotliDecompress };
 
-export function decodeContent(coding: ContentCoding, wire: AsyncIterable<Buffer>): AsyncIterable<Buffer> {
+export function decodeContent(
+  coding: ContentCoding,
+  wire: AsyncIterable<Buffer>,
+): AsyncIterable<Buffer> & { destroy(): void } {
   const decoder = DECODERS[coding]();
   // pipeline carries a broken download into the decoder (and a consumer that stops back to the download).
   pipeline(Readable.from(wire, { objectMode: false }), decoder, () => undefined);

@@ -8,7 +8,6 @@
 // download and when the tap hashes. A buffered image then takes a second leg, buffer file ─▶ device sink.
 // transfer.ts owns every retry: an attempt here runs once and throws.
 import { createReadStream } from 'node:fs';
-import { pipeline } from 'node:stream/promises';
 import { ImageWriteError, errorText } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { ProgressMeter } from '../progress.ts';
@@ -149,7 +148,8 @@ async function withHashWorker<T>(algo: string, body: (hash: HashWorker) => Promi
 function tap(hash: HashWorker | null, meter: ProgressMeter) {
   return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
     for await (const chunk of source) {
-      if (hash) await hash.update(chunk);
+      const copying = hash?.update(chunk);
+      if (copying) await copying;
       meter.add(chunk.length);
       yield chunk;
     }
@@ -184,7 +184,7 @@ async function drive<I>(
   }
 }
 
-/** A pipeline's options: a cancelled command destroys every stage, which stops its tools and writers. */
+/** A file stream's options: a cancelled command destroys it, which ends the write it feeds. */
 function cancelOption(job: PipelineJob): { signal?: AbortSignal } {
   return job.signal ? { signal: job.signal } : {};
 }
@@ -198,23 +198,23 @@ async function pour(
   after: (r: SinkResult) => Promise<void>,
 ) {
   const { meter, services } = leg.job;
-  return pipeline(
-    image.body,
-    async (downloaded: AsyncIterable<Buffer>) => {
-      const sniffed = await sniffCompression(downloaded);
-      const facts: HeadFacts = { totalBytes: image.totalBytes, compression: sniffed.kind };
-      const sink = await route.sink(sniffed.kind, leg);
-      let result!: SinkResult;
-      await drive(sink, services.log, async (accept) => {
-        const tapped = tap(route.hashInline(sniffed.kind) ? hash : null, meter)(sniffed.chunks);
-        await sink.write(gateFor(sniffed.kind, sink.headBytes, (head) => accept(head, facts))(tapped));
-        result = await sink.finish();
-        await after(result);
-      });
-      return { result, compression: sniffed.kind };
-    },
-    cancelOption(leg.job),
-  );
+  try {
+    const sniffed = await sniffCompression(image.body);
+    const facts: HeadFacts = { totalBytes: image.totalBytes, compression: sniffed.kind };
+    const sink = await route.sink(sniffed.kind, leg);
+    let result!: SinkResult;
+    await drive(sink, services.log, async (accept) => {
+      const tapped = tap(route.hashInline(sniffed.kind) ? hash : null, meter)(sniffed.chunks);
+      await sink.write(gateFor(sniffed.kind, sink.headBytes, (head) => accept(head, facts))(tapped));
+      result = await sink.finish();
+      await after(result);
+    });
+    return { result, compression: sniffed.kind };
+  } catch (err) {
+    // A stage that failed may have left the download unread: end it (a cancelled command's signal ends it too).
+    image.cancel();
+    throw err;
+  }
 }
 
 async function streamOnce(

@@ -2,7 +2,7 @@
 // (sinks/decoder-pipe.ts onto the device, sinks/file-decoder.ts into the buffer file). gzip goes through pigz rather
 // than Node's zlib: in-process, the agent's peak memory grew with the image, through pigz it stays flat
 // (docs/decisions.md, docs/performance.md).
-import { readAtLeast, rest } from './peek.ts';
+import { afterHead, readAtLeast } from './peek.ts';
 
 export type Compression = 'gzip' | 'zstd' | 'xz' | 'none';
 export type Compressed = Exclude<Compression, 'none'>;
@@ -27,9 +27,5 @@ export async function sniffCompression(
 ): Promise<{ kind: Compression; chunks: AsyncIterable<Buffer> }> {
   const it = source[Symbol.asyncIterator]();
   const head = await readAtLeast(it, 6);
-  async function* chunks(): AsyncGenerator<Buffer> {
-    if (head.length > 0) yield head;
-    yield* rest(it);
-  }
-  return { kind: detectCompression(head), chunks: chunks() };
+  return { kind: detectCompression(head), chunks: afterHead(it, async () => head) };
 }

@@ -4,7 +4,6 @@
 // starting the whole attempt again from byte zero (a broken body that cannot resume, a checksum mismatch
 // with a new digest). Errors say what a decision needs as fields (`restartable`, `actual`): see
 // docs/architecture.md for the rules and why.
-import { Readable } from 'node:stream';
 import type { Clock } from '../clock.ts';
 import {
   ImageChecksumError,
@@ -47,8 +46,11 @@ export interface OpenedImage {
   url: string;
   /** The body's length as the server declared it; unknown when the body is content-encoded. */
   totalBytes?: number;
-  /** The image's bytes: resumed across breaks and decoded from any content-coding. */
-  body: Readable;
+  /**
+   * The image's bytes: resumed across breaks and decoded from any content-coding. A plain async iterable, not a
+   * stream: every layer costs each of a GiB's 16,000 chunks (docs/performance.md).
+   */
+  body: AsyncIterable<Buffer>;
   /** Abandons the download before (or while) its body is read. */
   cancel(): void;
 }
@@ -193,7 +195,7 @@ export class Transfer {
     const opened = await this.open([url], what);
     const tooLong = () => new ImageDownloadFatalError(`${what} from ${shownUrl(url)} is larger than 1 MiB`);
     try {
-      return (await readBounded(opened.body, MAX_TEXT_BYTES, tooLong)).toString('utf8');
+      return (await readBounded(opened.body, opened.cancel, MAX_TEXT_BYTES, tooLong)).toString('utf8');
     } catch (err) {
       this.checkDeadline();
       if (err instanceof ImageDownloadError) throw err;
@@ -214,18 +216,25 @@ export class Transfer {
     const length = header(res, 'content-length');
     const wireBytes = length !== undefined && /^\d+$/.test(length) ? Number(length) : undefined;
     // Ranges and lengths count the encoded bytes: the resume works below the decoder, which never notices.
-    const wire = this.resumingBody(url, res, wireBytes);
-    const body = coding
-      ? Readable.from(decodeContent(coding, wire), { objectMode: false })
-      : Readable.from(wire, { objectMode: false });
+    // The answer being read: a resume replaces it, and cancelling destroys whichever it is, which ends a read
+    // in progress at once (a generator's return would wait for that read).
+    const current = { res };
+    const wire = this.resumingBody(url, current, wireBytes);
+    const decoded = coding ? decodeContent(coding, wire) : null;
+    const body = decoded ?? wire;
     const cancel = () => {
-      res.body.destroy();
-      body.destroy();
+      current.res.body.destroy();
+      decoded?.destroy();
     };
     return { url: shownUrl(url), totalBytes: coding ? undefined : wireBytes, body, cancel };
   }
 
-  private async *resumingBody(url: string, first: Response, totalBytes: number | undefined): AsyncGenerator<Buffer> {
+  private async *resumingBody(
+    url: string,
+    current: { res: Response },
+    totalBytes: number | undefined,
+  ): AsyncGenerator<Buffer> {
+    const first = current.res;
     const etag = header(first, 'etag');
     const validator = etag && !etag.startsWith('W/') ? etag : header(first, 'last-modified');
     const resumable =
@@ -250,6 +259,7 @@ export class Transfer {
           if (!resumable) throw new ImageDownloadError(`${why}; the server does not support resuming`);
           this.policy.log.warn({ url: shownUrl(url), offset, err: errorText(err) }, 'image download broke, resuming');
           ({ res, breaks } = await this.resume(url, first, totalBytes!, offset, validator!, why, breaks));
+          current.res = res;
           chunks = res.body[Symbol.asyncIterator]();
           resumedAt = offset;
           continue;
