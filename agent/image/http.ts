@@ -3,12 +3,12 @@
 // body. No loop and no sleep here: transfer.ts owns every retry decision.
 import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
 import { pipeline, Readable } from 'node:stream';
-import { request, type Dispatcher } from '../undici.ts';
 import { ImageDownloadError } from '../errors.ts';
 import type { Dispatchers } from './dispatchers.ts';
+import { get, type Response } from './http-body.ts';
 import { splitCredentials } from './url-credentials.ts';
 
-export type Response = Dispatcher.ResponseData;
+export type { Response };
 
 const MAX_ERROR_BODY = 300;
 /** The longest pause a server's Retry-After may impose between two attempts. */
@@ -137,11 +137,6 @@ export class ImageHttp {
     // image_info's own authorization (image_server_auth_strategy) wins over credentials in the URL.
     const authorization = this.authorization ?? target.authorization;
     if (authorization) headers.authorization = authorization;
-    return request(target.url, {
-      method: 'GET',
-      headers,
-      dispatcher: this.dispatchers.forUrl(new URL(target.url)),
-      signal: this.signal,
-    });
+    return get(this.dispatchers.forUrl(new URL(target.url)), target.url, headers, this.signal);
   }
 }
