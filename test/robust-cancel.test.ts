@@ -19,7 +19,9 @@ import { startImageServer, type ImageServer } from './helpers/image-server.ts';
 import { linkedConfig } from './helpers/linked-config.ts';
 import { attachLoop, detachLoop, MiB, type LoopDevice } from './helpers/loop.ts';
 import { makeDiskImage, workDir } from './helpers/make-image.ts';
-import { readFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { buildImage } from './helpers/qcow2-corpus.ts';
 
 /** Serves one image slowly (256 KiB every 100 ms) and remembers whether the client hung up before the end. */
 class DripServer {
@@ -211,6 +213,47 @@ describe('a forgotten command is cancelled', () => {
     }
     expect(second.json.command_status, second.text).toBe('SUCCEEDED');
     await expectOnlyFastImage(drip);
+  });
+
+  it('a cancel while a streamed qcow2 waits for the device to zero its unallocated ranges stops that zeroing', async () => {
+    // The whole image arrives at once; then only the device's zeroing is left, which this blkdiscard never ends.
+    const bin = join(work.dir, 'slow-zeroing-bin');
+    await mkdir(bin, { recursive: true });
+    const pids = join(work.dir, 'slow-zeroing.pids');
+    await writeFile(join(bin, 'blkdiscard'), `#!/bin/sh\necho $$ >> ${pids}\nexec sleep 300\n`, { mode: 0o755 });
+    const qcow2 = await readFile(
+      await buildImage(work.dir, {
+        name: 'sparse',
+        virtualSize: 12 * MiB,
+        writes: [{ offset: 0, length: MiB }],
+      }),
+    );
+    const url = images.serve('sparse.qcow2', qcow2);
+    const path = process.env.PATH;
+    process.env.PATH = `${bin}:${path}`;
+    cleanups.push(async () => {
+      process.env.PATH = path;
+    });
+    const a = await startImageAgent(loop.path);
+    cleanups.push(() => a.close());
+    const deploy = await runCommand(
+      a.url,
+      'standby.prepare_image',
+      { image_info: { ...info('sparse', url, qcow2), disk_format: 'qcow2' } },
+      false,
+    );
+    expect(deploy.json.command_status).toBe('RUNNING');
+    await until(async () => (await readFile(pids, 'utf8').catch(() => '')) !== '', 'the zeroing to start');
+    const zeroing = Number((await readFile(pids, 'utf8')).trim().split('\n')[0]);
+    // What a power-off or a new lookup does to a running command; it must not wait for the zeroing.
+    const started = Date.now();
+    await a.agent.executor.reset('cancelled by the test');
+    expect(Date.now() - started, 'the reset waited for the zeroing').toBeLessThan(15_000);
+    const alive = await readFile(`/proc/${zeroing}/stat`, 'utf8').then(
+      (stat) => !/^\d+ \(.*\) Z/.test(stat),
+      () => false,
+    );
+    expect(alive, 'the blkdiscard outlived the cancelled deploy').toBe(false);
   });
 
   it.skipIf(macs.length === 0)('linked: the conductor rejecting the token mid-deploy cancels the deploy', async () => {

@@ -128,12 +128,13 @@ export function get(
     let controller: Dispatcher.DispatchController | null = null;
     let body: ResponseBody | null = null;
     let settled = false;
+    const reason = () => (signal?.reason instanceof Error ? signal.reason : new Error('the transfer was aborted'));
     const onAbort = () => {
-      const reason = signal!.reason instanceof Error ? signal!.reason : new Error('the transfer was aborted');
-      if (controller) controller.abort(reason);
-      else if (!settled) {
+      // Between two hops of a redirect this is the finished hop's: the next one is stopped as it starts.
+      controller?.abort(reason());
+      if (!settled) {
         settled = true;
-        reject(reason);
+        reject(reason());
       }
     };
     signal?.addEventListener('abort', onAbort, { once: true });
@@ -143,11 +144,15 @@ export function get(
         { origin: target.origin, path: `${target.pathname}${target.search}`, method: 'GET', headers },
         {
           onRequestStart(c) {
-            if (settled) c.abort(signal?.reason ?? new Error('the transfer was aborted'));
-            else controller = c;
+            controller = c;
+            if (signal?.aborted) c.abort(reason());
           },
           onResponseStart(c, statusCode, responseHeaders) {
             if (statusCode < 200) return;
+            if (settled) {
+              c.abort(reason());
+              return;
+            }
             body = new ResponseBody(c);
             settled = true;
             resolve({ statusCode, headers: responseHeaders, body });

@@ -158,14 +158,18 @@ function tap(hash: HashWorker | null, meter: ProgressMeter) {
 
 /**
  * Drives one sink: `body` calls `accept` with the head (through the gate) and writes. The sink is released
- * however it ends and, after a failure once its head was accepted, wiped (a failed wipe is logged).
+ * however it ends and, after a failure once its head was accepted, wiped (a failed wipe is logged). A cancelled
+ * command releases it at once, which stops its tools and writers whatever they are waiting for.
  */
 async function drive<I>(
   sink: Sink<I>,
   log: Logger,
+  signal: AbortSignal | undefined,
   body: (accept: (head: Buffer, facts: HeadFacts) => Promise<void>) => Promise<void>,
 ): Promise<void> {
   let touched = false;
+  const stop = () => void sink.release().catch(() => undefined);
+  signal?.addEventListener('abort', stop, { once: true });
   try {
     await body(async (head, facts) => {
       await sink.checkHead(head, facts);
@@ -180,6 +184,7 @@ async function drive<I>(
         .catch((e) => log.warn({ sink: sink.name, err: errorText(e) }, 'could not clear a partly written image'));
     throw err;
   } finally {
+    signal?.removeEventListener('abort', stop);
     await sink.release();
   }
 }
@@ -203,7 +208,7 @@ async function pour(
     const facts: HeadFacts = { totalBytes: image.totalBytes, compression: sniffed.kind };
     const sink = await route.sink(sniffed.kind, leg);
     let result!: SinkResult;
-    await drive(sink, services.log, async (accept) => {
+    await drive(sink, services.log, leg.job.signal, async (accept) => {
       const tapped = tap(route.hashInline(sniffed.kind) ? hash : null, meter)(sniffed.chunks);
       await sink.write(gateFor(sniffed.kind, sink.headBytes, (head) => accept(head, facts))(tapped));
       result = await sink.finish();
@@ -292,7 +297,7 @@ async function bufferToDevice(found: InspectedBuffer, leg: Leg, verify: () => Pr
   };
   if (found.format === 'raw') {
     const sink = await BlockDeviceSink.open(leg.target, { inspected: true });
-    await drive(sink, log, async (accept) => {
+    await drive(sink, log, leg.job.signal, async (accept) => {
       await accept(found.head, facts);
       meter.start('write', found.virtualSize);
       const file = createReadStream(found.file, { highWaterMark: 8 * 1024 * 1024, ...cancelOption(leg.job) });
@@ -307,7 +312,7 @@ async function bufferToDevice(found: InspectedBuffer, leg: Leg, verify: () => Pr
     (bytes) => meter.set(bytes),
     leg.job.signal,
   );
-  await drive(sink, log, async (accept) => {
+  await drive(sink, log, leg.job.signal, async (accept) => {
     await accept(found.head, facts);
     meter.start('convert', found.virtualSize);
     await sink.write(found);

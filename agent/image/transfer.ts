@@ -218,11 +218,12 @@ export class Transfer {
     // Ranges and lengths count the encoded bytes: the resume works below the decoder, which never notices.
     // The answer being read: a resume replaces it, and cancelling destroys whichever it is, which ends a read
     // in progress at once (a generator's return would wait for that read).
-    const current = { res };
+    const current = { res, cancelled: false };
     const wire = this.resumingBody(url, current, wireBytes);
     const decoded = coding ? decodeContent(coding, wire) : null;
     const body = decoded ?? wire;
     const cancel = () => {
+      current.cancelled = true;
       current.res.body.destroy();
       decoded?.destroy();
     };
@@ -231,7 +232,7 @@ export class Transfer {
 
   private async *resumingBody(
     url: string,
-    current: { res: Response },
+    current: { res: Response; cancelled: boolean },
     totalBytes: number | undefined,
   ): AsyncGenerator<Buffer> {
     const first = current.res;
@@ -253,6 +254,8 @@ export class Transfer {
             throw new Error(`the body ended after ${offset} of ${totalBytes} bytes`);
           }
         } catch (err) {
+          // Abandoned by its reader (cancel), not broken: nothing to resume.
+          if (current.cancelled) throw err;
           this.checkDeadline();
           res.body.destroy();
           const why = `download from ${shownUrl(url)} broke at byte ${offset}: ${errorText(err)}`;
@@ -260,6 +263,8 @@ export class Transfer {
           this.policy.log.warn({ url: shownUrl(url), offset, err: errorText(err) }, 'image download broke, resuming');
           ({ res, breaks } = await this.resume(url, first, totalBytes!, offset, validator!, why, breaks));
           current.res = res;
+          // Cancelled while the resume was asked for: this answer is dropped too, and the next read ends it all.
+          if (current.cancelled) res.body.destroy();
           chunks = res.body[Symbol.asyncIterator]();
           resumedAt = offset;
           continue;

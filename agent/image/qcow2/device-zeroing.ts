@@ -9,12 +9,15 @@ import { exitOf, reason, type Exit } from '../sinks/tool-process.ts';
 
 // Each range done is echoed, so that a failure leaves only the ranges not done to be written instead.
 // Stopped, the shell stops its blkdiscard too (only the shell has the parent-death signal).
+// `pid` is cleared after each wait: the trap must not signal a finished blkdiscard's number, reused by then.
 const SCRIPT = [
   'dev=$1',
-  "trap 'kill $pid 2>/dev/null; exit 143' TERM",
+  'pid=',
+  'trap \'[ -n "$pid" ] && kill "$pid" 2>/dev/null; exit 143\' TERM',
   'while read -r off len; do',
   '  blkdiscard --zeroout --offset "$off" --length "$len" "$dev" & pid=$!',
   '  wait $pid || exit',
+  '  pid=',
   '  echo "$off"',
   'done',
 ].join('\n');
@@ -38,13 +41,14 @@ export class DeviceZeroing {
   add(start: number, length: number): void {
     const child = this.child ?? this.start();
     this.ranges.push([start, length]);
-    child.stdin!.write(`${start} ${length}\n`);
+    // No stdin: the shell could not be started (its `error` ends it), and finish() returns the range.
+    child.stdin?.write(`${start} ${length}\n`);
   }
 
   private start(): ChildProcess {
     const child = spawn(...mortal('sh', ['-c', SCRIPT, 'zeroout', this.device]), { stdio: ['pipe', 'pipe', 'pipe'] });
-    child.stdin!.on('error', () => undefined);
-    child.stdout!.setEncoding('utf8').on('data', (text: string) => {
+    child.stdin?.on('error', () => undefined);
+    child.stdout?.setEncoding('utf8').on('data', (text: string) => {
       for (const c of text) if (c === '\n') this.done++;
     });
     this.exit = exitOf(child).finally(() => {
@@ -57,7 +61,7 @@ export class DeviceZeroing {
   /** Waits until every range is zeroed or refused; returns the ranges not zeroed, and how the shell ended. */
   async finish(): Promise<{ unzeroed: [number, number][]; why?: string }> {
     if (!this.child) return { unzeroed: [] };
-    this.child.stdin!.end();
+    this.child.stdin?.end();
     const exit = await this.exit!;
     return { unzeroed: this.ranges.slice(this.done), why: reason(exit) };
   }

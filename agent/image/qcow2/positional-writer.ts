@@ -44,6 +44,7 @@ export class PositionalWriter implements WriteTarget {
   private failure: Error | null = null;
   private readonly partials = new Map<number, Partial>();
   private closed = false;
+  private released: Promise<void> | null = null;
   /** Once the device refused a range, zeros are written from memory; finish() writes the ranges it refused. */
   private readonly zeroing: DeviceZeroing;
 
@@ -190,6 +191,8 @@ export class PositionalWriter implements WriteTarget {
   /** Writes what is still gathered and makes everything durable. */
   async finish(): Promise<void> {
     const { unzeroed, why } = await this.zeroing.finish();
+    // Released meanwhile (a cancelled command): the shell was stopped, not refused.
+    if (this.closed) throw new ImageWriteError(`the write to ${this.path} was stopped`);
     if (unzeroed.length > 0) {
       this.log.warn(
         { device: this.path, err: why, ranges: unzeroed.length },
@@ -223,8 +226,13 @@ export class PositionalWriter implements WriteTarget {
   }
 
   /** Waits for every write in flight and closes the device; idempotent. */
-  async release(): Promise<void> {
-    if (this.closed) return;
+  release(): Promise<void> {
+    // A second call waits for the first: a wipe after a failure must come after the last write landed.
+    this.released ??= this.close();
+    return this.released;
+  }
+
+  private async close(): Promise<void> {
     this.closed = true;
     await Promise.all([...this.inFlight, this.singleWrite, this.zeroing.stop()]);
     await this.fh.close().catch(() => undefined);
