@@ -128,7 +128,8 @@ describe('the ramdisk under QEMU', () => {
     const screen = v.serial();
     expect(screen).toMatch(/Conductor\s+\(none: standalone\)/);
     expect(screen).toMatch(/Disks\s+vda 64\.0 MiB disk/);
-    expect(screen).toMatch(/Network\s+eth0 52:54:00:[0-9a-f:]{8} 10\.0\.2\.15\/24/);
+    // The address comes with the DHCP lease, which may be a redraw later than the agent's start under TCG.
+    await seen(/Network\s+eth0 52:54:00:[0-9a-f:]{8} 10\.0\.2\.15\/24/);
     expect(screen).toContain('[l] full log  [c] commands  [s] shell');
     // ipa-debug: the agent's own log lines go to the console too.
     expect(screen).toMatch(/\{"level":30,[^\n]*"msg":"agent API listening"/);
