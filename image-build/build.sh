@@ -15,7 +15,7 @@ export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1767225600}
 export TZ=UTC LC_ALL=C
 start=$(date +%s)
 
-for tool in apt-get dpkg-deb readelf strip zstd xz npm; do
+for tool in apt-get dpkg-deb readelf strip zstd xz npm gcc; do
   command -v "$tool" >/dev/null || { echo "build.sh: $tool is required" >&2; exit 1; }
 done
 
@@ -45,6 +45,11 @@ for entry in agent/main.ts:agent.mjs agent/console/main.ts:console.mjs agent/net
     exit 1
   fi
 done
+# The image checksum's addon goes beside agent.mjs, where the agent looks for it (agent/image/image-hash.ts).
+bash "$repo/scripts/build-addon.sh" "$work/bundles/hash-addon.node"
+rm -f "$work/bundles/hash-addon.node.stamp"
+"$node_bin" -e 'require(process.argv[1]).create("sha256")' "$work/bundles/hash-addon.node" ||
+  { echo "build.sh: the hashing addon does not load in the ramdisk's Node" >&2; exit 1; }
 # Bundles that cannot start must fail the build, not the boot: run both once with the ramdisk's Node.
 printf 'standalone=1\n' > "$work/cmdline"
 "$node_bin" "$work/bundles/agent.mjs" --kernel-cmdline="$work/cmdline" --ipa-listen-host=127.0.0.1 \

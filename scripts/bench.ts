@@ -14,8 +14,8 @@
 // Not a test: no pass/fail.
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
-import { mkdtemp, open, readdir, readFile, rm, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { mkdir, mkdtemp, open, readdir, readFile, rm, stat } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
@@ -123,8 +123,14 @@ async function cpuTime(pid: number): Promise<number> {
   return fields.slice(11, 15).reduce((sum, f) => sum + Number(f), 0) / 100;
 }
 
-/** The agent as the ramdisk ships it (image-build/build.sh): one esbuild bundle run by plain node (no TypeScript loader). */
+/**
+ * The agent as the ramdisk ships it (image-build/build.sh): one esbuild bundle run by plain node (no TypeScript
+ * loader), with the hashing addon beside it when the tree has one (so each agent gets a directory of its own).
+ */
 async function bundleAgent(out: string, tree = root, target = 'node24'): Promise<void> {
+  await mkdir(dirname(out), { recursive: true });
+  const addonScript = join(tree, 'scripts/build-addon.sh');
+  if (existsSync(addonScript)) await execa('bash', [addonScript, join(dirname(out), 'hash-addon.node')]);
   const banner =
     "import { createRequire as __inaRequire } from 'node:module'; const require = __inaRequire(import.meta.url);";
   await execa(
@@ -312,13 +318,13 @@ async function main(): Promise<void> {
       qcow2: await sha(qcow2, 'sha256'),
     };
 
-    current = { node: process.execPath, bundle: join(work.dir, 'agent.mjs'), launch: await shippedLaunch() };
+    current = { node: process.execPath, bundle: join(work.dir, 'after/agent.mjs'), launch: await shippedLaunch() };
     await bundleAgent(current.bundle);
     const beforeTree = process.env.BENCH_BEFORE;
     if (beforeTree) {
       before = {
         node: process.env.BENCH_BEFORE_NODE ?? '/usr/bin/node',
-        bundle: join(work.dir, 'agent-before.mjs'),
+        bundle: join(work.dir, 'before/agent.mjs'),
         launch: await shippedLaunch(beforeTree),
       };
       const nodeMajor = (await execa(before.node, ['--version'])).stdout.trim();

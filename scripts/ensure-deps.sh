@@ -15,12 +15,14 @@ declare -A tools=(
   [genisoimage]=genisoimage [mkfs.ext4]=e2fsprogs [losetup]=mount [wipefs]=util-linux [blkid]=util-linux
   [pigz]=pigz [zstd]=zstd [xz]=xz-utils [sfdisk]=fdisk [partprobe]=parted [blkdiscard]=util-linux [curl]=curl
   [openssl]=openssl [ip]=iproute2 [hdparm]=hdparm
+  # The agent's hashing addon is one C file (scripts/build-addon.sh).
+  [gcc]=gcc
   [efibootmgr]=efibootmgr [stress-ng]=stress-ng [fio]=fio [tcpdump]=tcpdump [dmidecode]=dmidecode
   # The ramdisk's IPv6 client, tested against dnsmasq's DHCPv6 in a network namespace (neither starts a service).
   [dhcpcd]=dhcpcd-base [dnsmasq]=dnsmasq-base
 )
 # file -> Debian package, for packages that bring no command
-declare -A files=()
+declare -A files=([/usr/include/stdlib.h]=libc6-dev)
 if [ "${1:-}" = vm ]; then
   tools+=([qemu-system-x86_64]=qemu-system-x86 [readelf]=binutils [strip]=binutils)
   # The e2e's SSH client for the rescue login (binaries only: the package starts no server).
@@ -41,3 +43,4 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
 fi
+bash scripts/build-addon.sh

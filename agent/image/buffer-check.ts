@@ -6,7 +6,7 @@ import { ImageChecksumError, ImageWriteError, InvalidImage } from '../errors.ts'
 import type { Config } from '../config/config.ts';
 import { verifyDigest, type ExpectedDigest } from './checksum.ts';
 import { refuseUnsafe } from './gates.ts';
-import type { HashWorker } from './hash-worker.ts';
+import type { ImageHash } from './image-hash.ts';
 import { INSPECT_HEAD_BYTES, inspectImage } from './inspect.ts';
 import { assertQcow2Within } from './qcow2/extent.ts';
 import { openQcow2Guest, type Qcow2Guest } from './qcow2/guest.ts';
@@ -113,7 +113,7 @@ async function precheck(
  */
 export function bufferChecksum(
   meter: ProgressMeter,
-  hash: HashWorker,
+  hash: ImageHash,
   file: string,
   inline: string | null,
   expected: ExpectedDigest,

@@ -17,7 +17,7 @@ import { bufferChecksum, inspectBuffer, type InspectedBuffer } from './buffer-ch
 import { expectedDigest, imageFileNames, parseChecksumFile, verifyDigest, type ExpectedDigest } from './checksum.ts';
 import { Dispatchers } from './dispatchers.ts';
 import { gateFor } from './gates.ts';
-import { HashWorker } from './hash-worker.ts';
+import { ImageHash } from './image-hash.ts';
 import type { ImageInfo } from './image-info.ts';
 import { BlockDeviceSink } from './sinks/block-device.ts';
 import { BufferFileSink } from './sinks/buffer-file.ts';
@@ -134,9 +134,9 @@ async function expectedChecksum(info: ImageInfo, transfer: Transfer, md5Enabled:
   return expectedDigest(info.checksum.algo, digest, md5Enabled);
 }
 
-/** Runs `body` with a hashing thread that is stopped afterwards, however `body` ends. */
-async function withHashWorker<T>(algo: string, body: (hash: HashWorker) => Promise<T>): Promise<T> {
-  const hash = new HashWorker(algo);
+/** Runs `body` with an image hash that is stopped afterwards, however `body` ends. */
+async function withImageHash<T>(algo: string, body: (hash: ImageHash) => Promise<T>): Promise<T> {
+  const hash = new ImageHash(algo);
   try {
     return await body(hash);
   } finally {
@@ -145,7 +145,7 @@ async function withHashWorker<T>(algo: string, body: (hash: HashWorker) => Promi
 }
 
 /** The tap: counts the bytes as they pass, and hashes them unless `hash` is null. */
-function tap(hash: HashWorker | null, meter: ProgressMeter) {
+function tap(hash: ImageHash | null, meter: ProgressMeter) {
   return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
     for await (const chunk of source) {
       const copying = hash?.update(chunk);
@@ -199,7 +199,7 @@ async function pour(
   image: OpenedImage,
   route: Route,
   leg: Leg,
-  hash: HashWorker,
+  hash: ImageHash,
   after: (r: SinkResult) => Promise<void>,
 ) {
   const { meter, services } = leg.job;
@@ -235,7 +235,7 @@ async function streamOnce(
   meter.start(route.phase, null);
   const image = await transfer.open(info.urls);
   meter.setTotal(image.totalBytes ?? null);
-  const { result, compression } = await withHashWorker(expected.algo, (hash) =>
+  const { result, compression } = await withImageHash(expected.algo, (hash) =>
     pour(image, route, leg, hash, async () => verifyDigest(expected, await hash.digest(), info.id, image.url)),
   );
   log.info(
@@ -264,7 +264,7 @@ async function bufferOnce(job: PipelineJob, transfer: Transfer, expected: Expect
   const leg: Leg = { job, target: new DeviceTarget(device, guard, log), buffer: { file, limit: budget.limit } };
   try {
     meter.setTotal(image.totalBytes ?? null);
-    return await withHashWorker(expected.algo, async (hash) => {
+    return await withImageHash(expected.algo, async (hash) => {
       const { compression } = await pour(image, ROUTES.buffer, leg, hash, async () => undefined);
       const inline = compression === 'none' ? null : await hash.digest();
       const checksum = bufferChecksum(meter, hash, file, inline, expected, { imageId: info.id, url: image.url });

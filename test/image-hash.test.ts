@@ -1,17 +1,17 @@
-// The checksum thread: the same digests as hashing in place, across uneven chunks and slot boundaries,
-// the digest of a file read by the thread, and a failing thread surfaces as an error instead of a hang.
+// The image checksum on the thread pool (the hashing addon): the same digests as hashing in place, across
+// uneven chunks and slot boundaries, the digest of a file read off the main thread, and failures as errors.
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, readdir, readlink, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { CommandExecutionError } from '../agent/errors.ts';
-import { HashWorker } from '../agent/image/hash-worker.ts';
+import { ImageHash } from '../agent/image/image-hash.ts';
 
-describe('HashWorker', () => {
+describe('ImageHash', () => {
   it.each(['md5', 'sha256', 'sha512'])('%s of chunks that straddle its slots equals createHash', async (algo) => {
     const data = randomBytes(9 * 1024 * 1024 + 77);
-    const hash = new HashWorker(algo);
+    const hash = new ImageHash(algo);
     try {
       for (let at = 0, i = 0; at < data.length; i++) {
         const size = [3, 65536, 1024 * 1024 + 1, 999_999][i % 4]!;
@@ -25,25 +25,25 @@ describe('HashWorker', () => {
   });
 
   it('of nothing is the empty digest', async () => {
-    const hash = new HashWorker('sha256');
+    const hash = new ImageHash('sha256');
     expect(await hash.digest()).toBe(createHash('sha256').digest('hex'));
     await hash.close();
   });
 
-  it('of a file, read by the thread itself, equals createHash; a missing file is CommandExecutionError', async () => {
+  it('of a file, read on the thread pool, equals createHash; a missing file is CommandExecutionError', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'ina-hash-'));
     try {
       const data = randomBytes(3 * 1024 * 1024 + 5);
       await writeFile(join(dir, 'image'), data);
-      const hash = new HashWorker('sha512');
+      const hash = new ImageHash('sha512');
       try {
         expect(await hash.digestOfFile(join(dir, 'image'))).toBe(createHash('sha512').update(data).digest('hex'));
       } finally {
         await hash.close();
       }
-      // A file's digest is its own, whatever the thread hashed before.
+      // A file's digest is its own, whatever was hashed before.
       await writeFile(join(dir, 'empty'), '');
-      const reused = new HashWorker('md5');
+      const reused = new ImageHash('md5');
       try {
         await reused.update(Buffer.from('streamed bytes'));
         expect(await reused.digest()).toBe(createHash('md5').update('streamed bytes').digest('hex'));
@@ -51,11 +51,11 @@ describe('HashWorker', () => {
       } finally {
         await reused.close();
       }
-      const missing = new HashWorker('sha256');
+      const missing = new ImageHash('sha256');
       const err = await missing.digestOfFile(join(dir, 'absent')).catch((e: unknown) => e);
       await missing.close();
       expect(err).toBeInstanceOf(CommandExecutionError);
-      expect((err as Error).message).toMatch(/hashing the image failed: ENOENT/);
+      expect((err as Error).message).toMatch(/hashing the image failed: No such file or directory/);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
@@ -72,7 +72,7 @@ describe('HashWorker', () => {
     };
     try {
       await writeFile(file, Buffer.alloc(512 * 1024 * 1024));
-      const hash = new HashWorker('sha512');
+      const hash = new ImageHash('sha512');
       const pending = hash.digestOfFile(file).catch((e: unknown) => e);
       while (!(await openOnFile())) await new Promise((r) => setTimeout(r, 5));
       await hash.close();
@@ -83,14 +83,16 @@ describe('HashWorker', () => {
     }
   });
 
-  it('reports a thread that cannot hash as CommandExecutionError, which no retry would fix', async () => {
-    const hash = new HashWorker('no-such-digest');
-    const err = await (async () => {
-      for (let i = 0; i < 16; i++) await hash.update(Buffer.alloc(1024 * 1024));
-      return hash.digest();
-    })().catch((e: unknown) => e);
+  it('refuses an algorithm OpenSSL does not know as CommandExecutionError, which no retry would fix', () => {
+    expect(() => new ImageHash('no-such-digest')).toThrow(CommandExecutionError);
+    expect(() => new ImageHash('no-such-digest')).toThrow(/hashing the image failed: .*unknown digest algorithm/);
+  });
+
+  it('after close, takes no more bytes and gives no digest', async () => {
+    const hash = new ImageHash('sha256');
+    await hash.update(Buffer.alloc(3 * 1024 * 1024));
     await hash.close();
-    expect(err).toBeInstanceOf(CommandExecutionError);
-    expect((err as Error).message).toMatch(/hashing the image failed: .*(Digest method not supported|no-such-digest)/i);
+    expect(() => hash.update(Buffer.alloc(1))).toThrow(/the hash was stopped/);
+    await expect(hash.digest()).rejects.toThrow(/the hash was stopped/);
   });
 });
