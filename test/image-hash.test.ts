@@ -88,6 +88,21 @@ describe('ImageHash', () => {
     expect(() => new ImageHash('no-such-digest')).toThrow(/hashing the image failed: .*unknown digest algorithm/);
   });
 
+  it('settles a digest that a close interrupts, and refuses bytes after the digest', async () => {
+    const data = randomBytes(3 * 1024 * 1024 + 10);
+    const hash = new ImageHash('sha256');
+    await hash.update(data);
+    const digest = hash.digest().catch((e: unknown) => e);
+    await hash.close();
+    // Stopped while it waited: the digest settles (as an error), it does not hang.
+    expect(await digest).toBeInstanceOf(CommandExecutionError);
+    const after = new ImageHash('md5');
+    expect(await after.digest()).toBe(createHash('md5').digest('hex'));
+    expect(() => after.update(Buffer.alloc(1))).toThrow(/bytes came after its digest/);
+    await expect(after.digest()).rejects.toThrow(/already taken/);
+    await after.close();
+  });
+
   it('after close, takes no more bytes and gives no digest', async () => {
     const hash = new ImageHash('sha256');
     await hash.update(Buffer.alloc(3 * 1024 * 1024));

@@ -9,6 +9,7 @@
 #include <node_api.h>
 #include <openssl/evp.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -178,8 +179,8 @@ static void complete(napi_env env, napi_status status, void *data) {
 }
 
 // Queues one job; the hasher, the buffer (if any) and the callback stay referenced until it completes.
-static napi_value queue(napi_env env, Job *job, napi_value hasher, napi_value buffer, napi_value callback,
-                        napi_async_execute_callback execute) {
+static bool queue(napi_env env, Job *job, napi_value hasher, napi_value buffer, napi_value callback,
+                  napi_async_execute_callback execute) {
   napi_value name;
   if (napi_create_reference(env, hasher, 1, &job->hasher_ref) != napi_ok ||
       (buffer && napi_create_reference(env, buffer, 1, &job->buffer_ref) != napi_ok) ||
@@ -189,10 +190,10 @@ static napi_value queue(napi_env env, Job *job, napi_value hasher, napi_value bu
       napi_queue_async_work(env, job->work) != napi_ok) {
     throw_last(env);
     release_job(env, job);
-    return NULL;
+    return false;
   }
   job->hasher->busy = 1;
-  return NULL;
+  return true;
 }
 
 // update(hasher, buffer, length, callback): hashes the buffer's first `length` bytes on the thread pool.
@@ -222,7 +223,8 @@ static napi_value update(napi_env env, napi_callback_info info) {
   job->hasher = h;
   job->data = data;
   job->length = length;
-  return queue(env, job, argv[0], argv[1], argv[3], run_update);
+  queue(env, job, argv[0], argv[1], argv[3], run_update);
+  return NULL;
 }
 
 // digestFile(hasher, path, callback): reads a whole file on the thread pool, then calls back (error, hex).
@@ -246,8 +248,9 @@ static napi_value digest_file(napi_env env, napi_callback_info info) {
   }
   napi_get_value_string_utf8(env, argv[1], job->path, len + 1, &len);
   job->hasher = h;
-  h->finished = 1;
-  return queue(env, job, argv[0], NULL, argv[2], run_file);
+  // The file's job finalizes the digest: nothing may be added after it is queued.
+  if (queue(env, job, argv[0], NULL, argv[2], run_file)) h->finished = 1;
+  return NULL;
 }
 
 // digest(hasher) -> hex of everything updated so far; the hasher takes no more bytes after it.

@@ -63,7 +63,8 @@ export class ImageHash {
   private queued = 0;
   private waiting = 0;
   private running = false;
-  private idle: (() => void) | null = null;
+  private digested = false;
+  private readonly idle: (() => void)[] = [];
 
   constructor(private readonly algo: string) {
     try {
@@ -78,6 +79,7 @@ export class ImageHash {
    * in the ring (no promise, no turn of the event loop per chunk), else when the returned promise resolves.
    */
   update(chunk: Buffer): Promise<void> | undefined {
+    if (this.digested) throw new CommandExecutionError('hashing the image failed: bytes came after its digest');
     let at = 0;
     while (at < chunk.length) {
       if (this.failure) throw this.failure;
@@ -110,23 +112,29 @@ export class ImageHash {
   private pump(): void {
     if (this.running) return;
     if (this.waiting === 0 || this.failure) {
-      this.idle?.();
+      // After a failure nothing is hashed again: every slot is let go, so no copy waits for one forever.
+      if (this.failure) for (let slot = 0; slot < SLOTS; slot++) this.free(slot);
+      for (const wake of this.idle.splice(0)) wake();
       return;
     }
     const first = this.queued;
     const count = Math.min(this.waiting, SLOTS - first);
     let bytes = 0;
     for (let i = first; i < first + count; i++) bytes += this.lengths[i]!;
-    this.running = true;
-    this.addon.update(this.native, this.ring.subarray(first * SLOT_BYTES), bytes, (err) => {
-      this.running = false;
-      if (err) this.failure ??= failed(err);
-      // After a failure nothing is hashed again: every slot is let go, so no copy waits for one forever.
-      for (let i = first; i < first + (this.failure ? SLOTS : count); i++) this.free(i % SLOTS);
-      this.waiting -= count;
-      this.queued = (first + count) % SLOTS;
+    try {
+      this.addon.update(this.native, this.ring.subarray(first * SLOT_BYTES), bytes, (err) => {
+        this.running = false;
+        if (err) this.failure ??= failed(err);
+        for (let i = first; i < first + count; i++) this.free(i);
+        this.waiting -= count;
+        this.queued = (first + count) % SLOTS;
+        this.pump();
+      });
+      this.running = true;
+    } catch (err) {
+      this.failure ??= failed(err);
       this.pump();
-    });
+    }
   }
 
   private free(slot: number): void {
@@ -138,6 +146,9 @@ export class ImageHash {
 
   /** The hex digest of everything added. */
   async digest(): Promise<string> {
+    if (this.failure) throw this.failure;
+    if (this.digested) throw new CommandExecutionError('hashing the image failed: its digest was already taken');
+    this.digested = true;
     if (this.fill > 0) this.post();
     await this.settled();
     if (this.failure) throw this.failure;
@@ -151,12 +162,19 @@ export class ImageHash {
   /** The hex digest of a whole file, read on the thread pool (a hash of its own, whatever `update` added). */
   async digestOfFile(path: string): Promise<string> {
     if (this.failure) throw this.failure;
-    const hasher = this.addon.create(this.algo);
+    let hasher: Native;
+    try {
+      hasher = this.addon.create(this.algo);
+    } catch (err) {
+      throw failed(err);
+    }
     this.fileHashers.add(hasher);
     try {
       return await new Promise<string>((resolve, reject) => {
         this.addon.digestFile(hasher, path, (err, digest) => (err ? reject(failed(err)) : resolve(digest!)));
       });
+    } catch (err) {
+      throw failed(err);
     } finally {
       this.fileHashers.delete(hasher);
     }
@@ -173,11 +191,6 @@ export class ImageHash {
   /** Resolves once no job runs and none waits (or the hash failed, so none will run). */
   private settled(): Promise<void> {
     if (!this.running && (this.waiting === 0 || this.failure)) return Promise.resolve();
-    return new Promise((resolve) => {
-      this.idle = () => {
-        this.idle = null;
-        resolve();
-      };
-    });
+    return new Promise((resolve) => this.idle.push(resolve));
   }
 }
