@@ -65,6 +65,16 @@ static Hasher *unwrap(napi_env env, napi_value value) {
   return data;
 }
 
+// The hasher in `value`, if it may take a job or give its digest now (else a JavaScript error is thrown).
+static Hasher *ready(napi_env env, napi_value value) {
+  Hasher *h = unwrap(env, value);
+  if (h != NULL && (h->finished || h->busy)) {
+    napi_throw_error(env, NULL, h->busy ? "hash addon: a job is still running" : "hash addon: the digest was already taken");
+    return NULL;
+  }
+  return h;
+}
+
 static void to_hex(const unsigned char *md, unsigned int n, char *out) {
   static const char digits[] = "0123456789abcdef";
   for (unsigned int i = 0; i < n; i++) {
@@ -204,12 +214,8 @@ static napi_value update(napi_env env, napi_callback_info info) {
   size_t size = 0;
   uint32_t length = 0;
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  Hasher *h = argc == 4 ? unwrap(env, argv[0]) : NULL;
+  Hasher *h = argc == 4 ? ready(env, argv[0]) : NULL;
   if (h == NULL) return NULL;
-  if (h->finished || h->busy) {
-    napi_throw_error(env, NULL, h->busy ? "hash addon: a job is still running" : "hash addon: the digest was already taken");
-    return NULL;
-  }
   if (napi_get_buffer_info(env, argv[1], &data, &size) != napi_ok ||
       napi_get_value_uint32(env, argv[2], &length) != napi_ok || length > size) {
     napi_throw_range_error(env, NULL, "hash addon: update(hasher, buffer, length, callback) out of range");
@@ -233,12 +239,8 @@ static napi_value digest_file(napi_env env, napi_callback_info info) {
   napi_value argv[3];
   size_t len = 0;
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  Hasher *h = argc == 3 ? unwrap(env, argv[0]) : NULL;
+  Hasher *h = argc == 3 ? ready(env, argv[0]) : NULL;
   if (h == NULL) return NULL;
-  if (h->finished || h->busy) {
-    napi_throw_error(env, NULL, h->busy ? "hash addon: a job is still running" : "hash addon: the digest was already taken");
-    return NULL;
-  }
   CHECK(napi_get_value_string_utf8(env, argv[1], NULL, 0, &len));
   Job *job = calloc(1, sizeof *job);
   if (job == NULL || (job->path = malloc(len + 1)) == NULL) {
@@ -261,10 +263,10 @@ static napi_value digest(napi_env env, napi_callback_info info) {
   unsigned int n = 0;
   char hex[EVP_MAX_MD_SIZE * 2 + 1];
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  Hasher *h = argc == 1 ? unwrap(env, argv[0]) : NULL;
+  Hasher *h = argc == 1 ? ready(env, argv[0]) : NULL;
   if (h == NULL) return NULL;
-  if (h->finished || h->busy || EVP_DigestFinal_ex(h->ctx, md, &n) != 1) {
-    napi_throw_error(env, NULL, "hash addon: no digest while a job runs or after the digest was taken");
+  if (EVP_DigestFinal_ex(h->ctx, md, &n) != 1) {
+    napi_throw_error(env, NULL, "hash addon: the digest cannot be taken");
     return NULL;
   }
   h->finished = 1;
