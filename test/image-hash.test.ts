@@ -56,6 +56,12 @@ describe('ImageHash', () => {
       await missing.close();
       expect(err).toBeInstanceOf(CommandExecutionError);
       expect((err as Error).message).toMatch(/hashing the image failed: No such file or directory/);
+      // A path the C side would cut at its NUL byte (another file) is refused instead.
+      const cut = new ImageHash('sha256');
+      const nul = await cut.digestOfFile(`${join(dir, 'image')}\0.ignored`).catch((e: unknown) => e);
+      await cut.close();
+      expect(nul).toBeInstanceOf(CommandExecutionError);
+      expect((nul as Error).message).toMatch(/a path with a NUL byte/);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

@@ -1,7 +1,7 @@
 // The image checksum on libuv's thread pool, with the OpenSSL that Node itself links: hashing overlaps the
-// download and the disk writes, as it did on a worker thread, without the worker's second V8 isolate and its
-// 15-18 MiB (docs/runtime.md, issue #17). Only bytes the caller owns are read here, and only while the caller
-// keeps them alive (a reference is held for the length of each job); one job per hasher runs at a time.
+// download and the disk writes, as it did on a worker thread, without the memory of the worker's second V8
+// isolate (docs/decisions.md, docs/runtime.md). Only bytes the caller owns are read here, and only while the
+// caller keeps them alive (a reference is held for the length of each job); one job per hasher runs at a time.
 #define _POSIX_C_SOURCE 200809L
 #define NAPI_VERSION 8
 #include <errno.h>
@@ -249,6 +249,11 @@ static napi_value digest_file(napi_env env, napi_callback_info info) {
     return NULL;
   }
   napi_get_value_string_utf8(env, argv[1], job->path, len + 1, &len);
+  if (strlen(job->path) != len) {
+    release_job(env, job);
+    napi_throw_type_error(env, NULL, "hash addon: a path with a NUL byte");
+    return NULL;
+  }
   job->hasher = h;
   // The file's job finalizes the digest: nothing may be added after it is queued.
   if (queue(env, job, argv[0], NULL, argv[2], run_file)) h->finished = 1;

@@ -1,7 +1,7 @@
 // The image checksum, computed on libuv's thread pool by a small addon (hash-addon.c, built by
 // scripts/build-addon.sh and shipped next to the agent's bundle) so that hashing overlaps the download and the
 // disk writes instead of taking turns with them on the main thread (md5 on one core can be slower than the disk:
-// docs/performance.md). A worker thread did this before; its second V8 isolate cost 15-18 MiB (docs/runtime.md).
+// docs/performance.md). A worker thread did this before, at the cost of a second V8 isolate (docs/decisions.md).
 // The downloaded bytes are copied into a small ring, and each full slot is hashed in order by one job at a time,
 // then handed back, so memory stays at SLOTS × SLOT_BYTES whatever the image size. A buffered image can instead
 // be hashed from its file (`digestOfFile`), read on the thread pool while the main thread goes on.
