@@ -10,6 +10,7 @@ import { installLastWords, previousCrash, restartLine } from './last-words.ts';
 import { mirrorStatus, statusDocument, writeStatusSync } from './status-file.ts';
 import { inspectWithoutConductor } from './inspect/without-conductor.ts';
 import { cleanStaleBuffers } from './image/buffer.ts';
+import { loadHashAddon } from './image/image-hash.ts';
 import { syncClock } from './host/clock-sync.ts';
 
 function readConfig(): Config {
@@ -32,6 +33,11 @@ function die(err: unknown): never {
 
 async function main(): Promise<void> {
   const config = readConfig();
+  try {
+    loadHashAddon();
+  } catch (err) {
+    die(err);
+  }
   const log = createLogger({ debug: config.debug, file: config.logFile });
   if (config.notActedOn.length > 0) {
     log.warn(

@@ -1,9 +1,11 @@
 // The image checksum on the thread pool (the hashing addon): the same digests as hashing in place, across
-// uneven chunks and slot boundaries, the digest of a file read off the main thread, and failures as errors.
+// uneven chunks and slot boundaries, the digest of a file read off the main thread, and failures as errors;
+// and an agent without its addon refuses to start.
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtemp, readdir, readlink, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdtemp, readdir, readlink, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { CommandExecutionError } from '../agent/errors.ts';
 import { ImageHash } from '../agent/image/image-hash.ts';
@@ -115,5 +117,30 @@ describe('ImageHash', () => {
     await hash.close();
     expect(() => hash.update(Buffer.alloc(1))).toThrow(/the hash was stopped/);
     await expect(hash.digest()).rejects.toThrow(/the hash was stopped/);
+  });
+
+  it('missing, stops the agent at start with one line naming it', async () => {
+    // A copy of the agent's sources without the built addon, as a checkout where build-addon.sh never ran.
+    const dir = await mkdtemp(join(tmpdir(), 'ina-no-addon-'));
+    try {
+      await cp('agent', join(dir, 'agent'), { recursive: true, filter: (from) => !from.includes('hash-addon.node') });
+      await cp('package.json', join(dir, 'package.json'));
+      await symlink(join(process.cwd(), 'node_modules'), join(dir, 'node_modules'));
+      const r = await execa(
+        process.execPath,
+        ['--import', 'tsx', join(dir, 'agent/main.ts'), '--standalone', '--ipa-listen-port=0'],
+        { reject: false, timeout: 20_000 },
+      );
+      expect(r.exitCode).toBe(1);
+      expect(r.stderr.trim().split('\n')).toEqual([
+        expect.stringMatching(
+          new RegExp(
+            `^ironic-node-agent: the hashing addon ${dir}/agent/image/hash-addon.node cannot be loaded \\(scripts/build-addon.sh builds it\\): `,
+          ),
+        ),
+      ]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -25,7 +25,11 @@ interface Addon {
 const ADDON_URL = new URL('./hash-addon.node', import.meta.url);
 let addon: Addon | undefined;
 
-function loadAddon(): Addon {
+/**
+ * Loads the addon once. `main.ts` calls it at start, so that an agent without its addon (a source tree where
+ * scripts/build-addon.sh never ran) refuses to start instead of failing every deploy later.
+ */
+export function loadHashAddon(): Addon {
   if (addon) return addon;
   try {
     addon = createRequire(import.meta.url)(fileURLToPath(ADDON_URL)) as Addon;
@@ -45,7 +49,7 @@ function failed(err: unknown): CommandExecutionError {
 }
 
 export class ImageHash {
-  private readonly addon = loadAddon();
+  private readonly addon = loadHashAddon();
   private readonly native: Native;
   private readonly ring = Buffer.allocUnsafeSlow(SLOTS * SLOT_BYTES);
   private readonly slots = Array.from({ length: SLOTS }, (_, i) =>
