@@ -20,3 +20,15 @@ declare module 'undici/lib/api/index.js' {
   const api: Record<string, unknown>;
   export default api;
 }
+declare module 'undici/lib/web/fetch/headers.js' {
+  export { Headers } from 'undici';
+}
+declare module 'undici/lib/web/fetch/response.js' {
+  export { Response } from 'undici';
+}
+declare module 'undici/lib/web/fetch/request.js' {
+  export { Request } from 'undici';
+}
+declare module 'undici/lib/web/websocket/events.js' {
+  export { CloseEvent } from 'undici';
+}

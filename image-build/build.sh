@@ -33,35 +33,24 @@ strip --strip-unneeded -o "$node_bin" "$node_dist"
 echo "build.sh: bundling the agent and the console" >&2
 agent_version=$(node -p 'require(process.argv[1]).version' "$repo/package.json")
 rm -rf "$work/bundles" && mkdir -p "$work/bundles"
-banner="import { createRequire as __inaRequire } from 'node:module'; const require = __inaRequire(import.meta.url);"
-# Without comments (--minify-whitespace; names and strings stay as written): one non-ASCII character in a kept
-# comment makes V8 hold the whole source as UTF-16, twice its size, for as long as the agent runs (4.6 MiB).
-for entry in agent/main.ts:agent.mjs agent/console/main.ts:console.mjs agent/netconf/main.ts:netconf.mjs; do
-  (cd "$repo" && npx --no-install esbuild "${entry%%:*}" --bundle --platform=node --format=esm --target=node24 \
-    --define:__AGENT_VERSION__="\"$agent_version\"" --banner:js="$banner" --legal-comments=none \
-    --minify-whitespace --log-level=warning --outfile="$work/bundles/${entry##*:}")
-  if LC_ALL=C grep -q -P '[^\x00-\x7F]' "$work/bundles/${entry##*:}"; then
-    echo "build.sh: ${entry##*:} is not ASCII (docs/runtime.md, \"Memory on Node 24\")" >&2
-    exit 1
-  fi
-done
-# The image checksum's addon goes beside agent.mjs, where the agent looks for it (agent/image/image-hash.ts).
+bash "$repo/scripts/bundle.sh" "$work/bundles" "$agent_version"
+# The image checksum's addon goes beside agent.cjs, where the agent looks for it (agent/image/image-hash.ts).
 bash "$repo/scripts/build-addon.sh" "$work/bundles/hash-addon.node"
 rm -f "$work/bundles/hash-addon.node.stamp"
 "$node_bin" -e 'require(process.argv[1]).create("sha256")' "$work/bundles/hash-addon.node" ||
   { echo "build.sh: the hashing addon does not load in the ramdisk's Node" >&2; exit 1; }
 # Bundles that cannot start must fail the build, not the boot: run both once with the ramdisk's Node.
 printf 'standalone=1\n' > "$work/cmdline"
-"$node_bin" "$work/bundles/agent.mjs" --kernel-cmdline="$work/cmdline" --ipa-listen-host=127.0.0.1 \
+"$node_bin" "$work/bundles/agent.cjs" --kernel-cmdline="$work/cmdline" --ipa-listen-host=127.0.0.1 \
   --ipa-listen-port=0 > "$work/smoke.log" 2>&1 &
 smoke=$!
 for _ in $(seq 100); do grep -q 'agent API listening' "$work/smoke.log" && break; sleep 0.1; done
 kill "$smoke" 2>/dev/null || true
 wait "$smoke" 2>/dev/null || true
 grep -q 'agent API listening' "$work/smoke.log" || { cat "$work/smoke.log" >&2; echo "build.sh: the agent bundle does not start" >&2; exit 1; }
-"$node_bin" "$work/bundles/console.mjs" --once --kernel-cmdline="$work/cmdline" --status-file="$work/none.json" \
+"$node_bin" "$work/bundles/console.cjs" --once --kernel-cmdline="$work/cmdline" --status-file="$work/none.json" \
   --log-file="$work/smoke.log" | grep -q 'ironic-node-agent' || { echo "build.sh: the console bundle does not start" >&2; exit 1; }
-netconf=$("$node_bin" "$work/bundles/netconf.mjs" --network-data="$work/none.json" 2>&1 || true)
+netconf=$("$node_bin" "$work/bundles/netconf.cjs" --network-data="$work/none.json" 2>&1 || true)
 grep -q 'cannot read' <<< "$netconf" || { echo "build.sh: the netconf bundle does not start: $netconf" >&2; exit 1; }
 
 # Everything the initramfs is made of; when none of it changed, the last output stands.

@@ -15,7 +15,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
 import { mkdir, mkdtemp, open, readdir, readFile, rm, stat } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
@@ -124,13 +124,18 @@ async function cpuTime(pid: number): Promise<number> {
 }
 
 /**
- * The agent as the ramdisk ships it (image-build/build.sh): one esbuild bundle run by plain node (no TypeScript
- * loader), with the hashing addon beside it when the tree has one (so each agent gets a directory of its own).
+ * The agent as the ramdisk ships it: the tree's own scripts/bundle.sh (or, in a tree from before it, the esbuild
+ * command its image-build/build.sh ran), with the hashing addon beside it when the tree has one, each agent in a
+ * directory of its own. Returns the bundle's path.
  */
-async function bundleAgent(out: string, tree = root, target = 'node24'): Promise<void> {
-  await mkdir(dirname(out), { recursive: true });
+async function bundleAgent(dir: string, tree = root, target = 'node24'): Promise<string> {
+  await mkdir(dir, { recursive: true });
   const addonScript = join(tree, 'scripts/build-addon.sh');
-  if (existsSync(addonScript)) await execa('bash', [addonScript, join(dirname(out), 'hash-addon.node')]);
+  if (existsSync(addonScript)) await execa('bash', [addonScript, join(dir, 'hash-addon.node')]);
+  if (existsSync(join(tree, 'scripts/bundle.sh'))) {
+    await execa('bash', [join(tree, 'scripts/bundle.sh'), dir, 'bench']);
+    return join(dir, 'agent.cjs');
+  }
   const banner =
     "import { createRequire as __inaRequire } from 'node:module'; const require = __inaRequire(import.meta.url);";
   await execa(
@@ -146,10 +151,11 @@ async function bundleAgent(out: string, tree = root, target = 'node24'): Promise
       '--legal-comments=none',
       '--minify-whitespace',
       '--log-level=warning',
-      `--outfile=${out}`,
+      `--outfile=${join(dir, 'agent.mjs')}`,
     ],
     { cwd: tree },
   );
+  return join(dir, 'agent.mjs');
 }
 
 /** Which agent a case runs: this tree's, or BENCH_BEFORE's on its own Node. */
@@ -318,17 +324,20 @@ async function main(): Promise<void> {
       qcow2: await sha(qcow2, 'sha256'),
     };
 
-    current = { node: process.execPath, bundle: join(work.dir, 'after/agent.mjs'), launch: await shippedLaunch() };
-    await bundleAgent(current.bundle);
+    current = {
+      node: process.execPath,
+      bundle: await bundleAgent(join(work.dir, 'after')),
+      launch: await shippedLaunch(),
+    };
     const beforeTree = process.env.BENCH_BEFORE;
     if (beforeTree) {
+      const node = process.env.BENCH_BEFORE_NODE ?? '/usr/bin/node';
+      const nodeMajor = (await execa(node, ['--version'])).stdout.trim();
       before = {
-        node: process.env.BENCH_BEFORE_NODE ?? '/usr/bin/node',
-        bundle: join(work.dir, 'before/agent.mjs'),
+        node,
+        bundle: await bundleAgent(join(work.dir, 'before'), beforeTree, `node${nodeMajor.slice(1).split('.')[0]}`),
         launch: await shippedLaunch(beforeTree),
       };
-      const nodeMajor = (await execa(before.node, ['--version'])).stdout.trim();
-      await bundleAgent(before.bundle, beforeTree, `node${nodeMajor.slice(1).split('.')[0]}`);
       console.log(
         `Before: ${beforeTree} at ${(await execa('git', ['-C', beforeTree, 'rev-parse', '--short', 'HEAD'])).stdout} on Node ${nodeMajor}; after: this tree on Node ${process.version}`,
       );

@@ -1,4 +1,5 @@
 // The agent's HTTP API: IPA's route table, with its redirects, 404/405 rules and check order.
+import './web-classes.ts';
 import { Hono, type Context } from 'hono';
 import type { CommandExecutor } from '../commands/executor.ts';
 import { AgentError, RequestedObjectNotFoundError } from '../errors.ts';

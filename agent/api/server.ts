@@ -1,4 +1,5 @@
 // Serves the Hono app over HTTP, or HTTPS when given a certificate (auto-TLS or configured).
+import './web-classes.ts';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { SecureVersion } from 'node:tls';

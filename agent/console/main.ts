@@ -159,8 +159,8 @@ function onKey(key: string): void {
 }
 
 if (flags.has('once')) {
-  const input = await gather(50);
-  process.stdout.write(`${renderStatus(input, size()).join('\n')}\n`);
+  // Not a top-level await: the ramdisk's bundles are CommonJS (scripts/bundle.sh).
+  void gather(50).then((input) => process.stdout.write(`${renderStatus(input, size()).join('\n')}\n`));
 } else {
   setRaw(true);
   process.stdin.on('data', onInput);

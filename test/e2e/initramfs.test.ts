@@ -97,8 +97,8 @@ describe('the built initramfs', () => {
     for (const p of [
       'usr/bin/busybox',
       'usr/bin/node',
-      'usr/lib/ina/agent.mjs',
-      'usr/lib/ina/console.mjs',
+      'usr/lib/ina/agent.cjs',
+      'usr/lib/ina/console.cjs',
       'usr/lib64/ld-linux-x86-64.so.2',
     ]) {
       expect(isFile(byName.get(p)!), p).toBe(true);

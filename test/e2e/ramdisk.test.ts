@@ -150,7 +150,7 @@ describe('the ramdisk under QEMU', () => {
     await seen(/shell-42/, mark);
     await v.type(
       // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion typed into the VM
-      'for p in /proc/[0-9]*; do grep -q agent.mjs $p/cmdline 2>/dev/null && kill ${p#/proc/}; done; exit\r',
+      'for p in /proc/[0-9]*; do grep -q agent.cjs $p/cmdline 2>/dev/null && kill ${p#/proc/}; done; exit\r',
     );
     const again = await until(
       'the restarted agent',
