@@ -9,8 +9,10 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { CommandExecutionError } from '../errors.ts';
 
+// Two slots: one hashed while the other fills. Smaller slots mean more jobs, each waking the main thread, and
+// cost time; more slots cost memory and bought no time (docs/runtime.md, "Memory on Node 24").
 const SLOT_BYTES = 1024 * 1024;
-const SLOTS = 4;
+const SLOTS = 2;
 
 type Native = { readonly brand: unique symbol };
 type Done = (error: Error | null, digest?: string) => void;

@@ -16,8 +16,8 @@ import { ImageWriteError, errorText } from '../../errors.ts';
 import type { DeviceGuard } from '../../safety/device-guard.ts';
 
 const MiB = 1024 * 1024;
-/** One write request: large enough for full-speed sequential I/O. */
-const BLOCK = 1 * MiB;
+/** One write request: large enough for full-speed sequential I/O, no larger (docs/runtime.md, "Memory on Node 24"). */
+const BLOCK = MiB / 2;
 /** Writes in flight at once. */
 const DEPTH = 4;
 /** O_DIRECT lengths and offsets must be multiples of the logical sector size; 4 KiB covers every disk. */
