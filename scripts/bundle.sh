@@ -15,7 +15,8 @@ out=$(realpath -m "${1:?usage: scripts/bundle.sh OUT_DIR [VERSION]}")
 cd "$(dirname "$0")/.."
 version=${2:-$(node -p 'require("./package.json").version')}
 mkdir -p "$out"
-banner="const __inaUrl = require('node:url').pathToFileURL(__filename).href;"
+# The banner goes before esbuild's own "use strict", which then no longer counts: it says it again first.
+banner="\"use strict\"; const __inaUrl = require('node:url').pathToFileURL(__filename).href;"
 for entry in agent/main.ts:agent.cjs agent/console/main.ts:console.cjs agent/netconf/main.ts:netconf.cjs; do
   npx --no-install esbuild "${entry%%:*}" --bundle --platform=node --format=cjs --target=node24 \
     --define:__AGENT_VERSION__="\"$version\"" --define:import.meta.url=__inaUrl --banner:js="$banner" \

@@ -419,7 +419,7 @@ describe('image download faults', () => {
     expect(unchecked.command_error!.details).toMatch(/certificate/i);
   });
 
-  it('speaks HTTP/1.1 to an HTTPS server that also offers HTTP/2, as IPA does (the path the fault tests cover)', async (ctx) => {
+  it('speaks HTTP/1.1 to an HTTPS server or proxy that also offers HTTP/2, as IPA does (the path the fault tests cover)', async (ctx) => {
     if ((await execa('openssl', ['version'], { reject: false })).exitCode !== 0) {
       console.warn('skipped: openssl is not installed, so no test certificate can be made');
       ctx.skip();
@@ -436,7 +436,14 @@ describe('image download faults', () => {
     const tunnelled = await deploy([url], { proxies: { https: proxy.url } }, { 'ipa-cafile': tls.certFile });
     expect(tunnelled.command_error).toBeNull();
     expect(proxy.seen).toEqual([new URL(url).host]);
-    expect(s.requests.map((q) => q.httpVersion)).toEqual(['1.1', '1.1']);
+    // And through an HTTPS proxy that offers h2 as well: the connection to the proxy is HTTP/1.1 too.
+    const tlsProxy = await startProxy(tls);
+    servers.push(tlsProxy);
+    const viaTls = await deploy([url], { proxies: { https: tlsProxy.url } }, { 'ipa-cafile': tls.certFile });
+    expect(viaTls.command_error).toBeNull();
+    expect(tlsProxy.alpn).toEqual(['http/1.1']);
+    expect(tlsProxy.seen).toEqual([new URL(url).host]);
+    expect(s.requests.map((q) => q.httpVersion)).toEqual(['1.1', '1.1', '1.1']);
   });
 
   it('sends the Authorization header image_info carries', async () => {

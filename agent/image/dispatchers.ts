@@ -108,8 +108,10 @@ export class Dispatchers {
           uri: proxy,
           // Plain http goes to the proxy as an absolute-URI request; https is tunnelled with CONNECT.
           proxyTunnel: protocol === 'https:',
-          requestTls: { ...this.tls, timeout: this.opts.connectTimeoutMs },
-          proxyTls: { ...this.tls, timeout: this.opts.connectTimeoutMs },
+          // The proxy's own connection and the tunnelled one are opened by connectors that do not see
+          // `allowH2` above: without it here they offer h2 to an HTTPS proxy or server that speaks it.
+          requestTls: { ...this.tls, timeout: this.opts.connectTimeoutMs, allowH2: false },
+          proxyTls: { ...this.tls, timeout: this.opts.connectTimeoutMs, allowH2: false },
         })
       : new Agent({ ...common, connect: { ...this.tls, timeout: this.opts.connectTimeoutMs } });
     return base.compose(redirect({ maxRedirections: 5 }));

@@ -13,6 +13,7 @@ import {
 import { createSecureServer as createHttp2Server } from 'node:http2';
 import { createServer as createTlsServer } from 'node:https';
 import { connect, type AddressInfo, type Socket } from 'node:net';
+import type { TLSSocket } from 'node:tls';
 import { execa } from 'execa';
 
 export type Fault =
@@ -235,13 +236,20 @@ export interface Proxy {
   url: string;
   /** Absolute URIs of forwarded requests and `host:port` of CONNECT tunnels, in order. */
   seen: string[];
+  /** With TLS: the protocol each client connection negotiated (ALPN), in order. */
+  alpn: string[];
   close(): Promise<void>;
 }
 
-export async function startProxy(): Promise<Proxy> {
+/**
+ * A forward proxy (absolute URIs and CONNECT) over HTTP, or over HTTPS with `tls`; an HTTPS one offers h2 as well
+ * as HTTP/1.1, as many do, but speaks only HTTP/1.1, so `alpn` shows what each client asked for.
+ */
+export async function startProxy(tls?: { key: string; cert: string }): Promise<Proxy> {
   const seen: string[] = [];
+  const alpn: string[] = [];
   const sockets = new Set<Socket>();
-  const server = createServer((req, res) => {
+  const handler = (req: IncomingMessage, res: ServerResponse) => {
     seen.push(req.url ?? '');
     const upstream = httpRequest(req.url ?? '', { method: req.method, headers: req.headers }, (up) => {
       res.writeHead(up.statusCode ?? 502, up.headers);
@@ -249,7 +257,9 @@ export async function startProxy(): Promise<Proxy> {
     });
     upstream.on('error', () => res.destroy());
     req.pipe(upstream);
-  });
+  };
+  const server = tls ? createTlsServer({ ...tls, ALPNProtocols: ['h2', 'http/1.1'] }, handler) : createServer(handler);
+  server.on('secureConnection', (s: TLSSocket) => alpn.push(String(s.alpnProtocol)));
   server.on('connection', (s) => {
     sockets.add(s);
     s.on('close', () => sockets.delete(s));
@@ -266,10 +276,11 @@ export async function startProxy(): Promise<Proxy> {
     upstream.on('error', () => client.destroy());
     sockets.add(upstream);
   });
-  const url = await listen(server);
+  const url = await listen(server, tls ? 'https' : 'http');
   return {
     url,
     seen,
+    alpn,
     close: async () => {
       for (const s of sockets) s.destroy();
       await new Promise<void>((resolve) => server.close(() => resolve()));
