@@ -546,7 +546,7 @@ async function main(): Promise<void> {
     if (peaks.size > 0) {
       const idle = [...idles].map(([who, b]) => `${who} ${mib(b)} MiB`).join(', ');
       console.log(
-        `\nAgent peak RSS (VmHWM of the agent process, its threads included); idle before the deploy: ${idle} (the esbuild bundle the ramdisk runs)`,
+        `\nAgent peak RSS (VmHWM of the agent process, its threads included; the highest of the repetitions; #17: raw below IPA's 83 MiB); idle before the deploy: ${idle} (the esbuild bundle the ramdisk runs)`,
       );
       for (const [name, peak] of peaks) {
         const tools = [...(childPeaks.get(name) ?? [])].map(([tool, b]) => `${tool} ${mib(b)} MiB`).join(', ');
