@@ -1,6 +1,6 @@
 // Cleaning through the real API on loopback, against loop devices: the step list, metadata erase, full
 // erase (discard and overwrite), the version check, and the device guard refusing a mounted disk.
-import { mkdtemp, open, readFile, rm, symlink } from 'node:fs/promises';
+import { chmod, mkdtemp, open, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -60,6 +60,40 @@ async function fill(dev: LoopDevice, byte: number): Promise<void> {
   } finally {
     await fh.close();
   }
+}
+
+/**
+ * Runs `body` with shell scripts first on PATH, each standing in for the tool it is named after (and calling
+ * the real one, found by `command -v` before PATH changes, as `$REAL`).
+ */
+async function withFakeTools<T>(tools: Record<string, string>, body: () => Promise<T>): Promise<T> {
+  const bin = await mkdtemp(join(tmpdir(), 'ina-fake-'));
+  const path = process.env.PATH;
+  try {
+    for (const [name, script] of Object.entries(tools)) {
+      const real = (await execa('sh', ['-c', `command -v ${name}`])).stdout;
+      await writeFile(join(bin, name), `#!/bin/sh\nREAL=${real}\n${script}\n`);
+      await chmod(join(bin, name), 0o755);
+    }
+    process.env.PATH = `${bin}:${path}`;
+    return await body();
+  } finally {
+    process.env.PATH = path;
+    await rm(bin, { recursive: true, force: true });
+  }
+}
+
+/** A reused disk: an ext4 filesystem and a FAT boot sector over it, which `blkid -p` cannot choose between. */
+async function makeAmbivalent(dev: LoopDevice): Promise<void> {
+  await execa('mkfs.ext4', ['-q', '-F', dev.path]);
+  const fat = join(await mkdtemp(join(tmpdir(), 'ina-fat-')), 'fat.img');
+  try {
+    await execa('mkfs.vfat', ['-C', fat, '1440']);
+    await execa('dd', [`if=${fat}`, `of=${dev.path}`, 'bs=512', 'count=1', 'conv=notrunc,fsync', 'status=none']);
+  } finally {
+    await rm(join(fat, '..'), { recursive: true, force: true });
+  }
+  expect((await execa('blkid', ['-p', dev.path], { reject: false })).exitCode).toBe(8);
 }
 
 describe('clean extension', () => {
@@ -241,6 +275,76 @@ describe('clean extension', () => {
       const zeros = data.reduce((n, b) => n + (b === 0 ? 1 : 0), 0);
       expect(same).toBeLessThan(data.length / 100);
       expect(zeros).toBeLessThan(data.length / 100);
+    });
+  });
+
+  it('erases a reused disk whose filesystem signatures blkid cannot choose between, in every erase step', async () => {
+    await withLoops([16 * MiB, 16 * MiB], async ([a, b]) => {
+      await makeAmbivalent(a!);
+      await makeAmbivalent(b!);
+      await withAgent([a!, b!], { 'ipa-erase-discard': 'false' }, async (c) => {
+        const meta = await execute(c, 'erase_devices_metadata');
+        expect(meta.command_error).toBeNull();
+        expect(await signatures(a!.path)).toBe('');
+        const full = await execute(c, 'erase_devices');
+        expect(full.command_error).toBeNull();
+        const result = (full.command_result as { clean_result: Record<string, { method?: string }> }).clean_result;
+        expect(result[b!.path]?.method).toBe('overwrite');
+      });
+      expect((await readFile(b!.file)).every((x) => x === 0)).toBe(true);
+    });
+  });
+
+  it('still leaves a software-RAID member alone, and fails rather than skips a disk blkid cannot probe', async () => {
+    await withLoops([8 * MiB, 8 * MiB], async ([member, broken]) => {
+      await fill(member!, 0xa5);
+      await fill(broken!, 0xa5);
+      // No md driver here: blkid is told what it would find on a member.
+      const raid = `case "$*" in *"-u raid"*${member!.path}*) echo TYPE=linux_raid_member; exit 0;; esac`;
+      const fails = `case "$*" in *"-u raid"*${broken!.path}*) echo "blkid: I/O error" >&2; exit 4;; esac`;
+      await withFakeTools({ blkid: `${raid}\nexec "$REAL" "$@"` }, () =>
+        withAgent([member!], {}, async (c) => {
+          const r = await execute(c, 'erase_devices');
+          expect(r.command_error).toBeNull();
+          const result = (r.command_result as { clean_result: Record<string, unknown> }).clean_result;
+          expect(result[member!.path]).toEqual({ skipped: 'member of a software RAID' });
+        }),
+      );
+      await withFakeTools({ blkid: `${fails}\nexec "$REAL" "$@"` }, () =>
+        withAgent([broken!], {}, async (c) => {
+          for (const name of ['erase_devices', 'erase_devices_metadata']) {
+            const r = await execute(c, name);
+            expect(r.command_status).toBe('FAILED');
+            const err = r.command_error as { type: string; details: string };
+            expect(err.type).toBe('BlockDeviceEraseError');
+            expect(err.details).toContain(`cannot tell whether ${broken!.path} is a software-RAID member`);
+          }
+        }),
+      );
+      for (const d of [member!, broken!]) expect((await readFile(d.file)).every((x) => x === 0xa5)).toBe(true);
+    });
+  });
+
+  it('erase_devices_metadata goes on past a disk whose wipe fails, then fails naming it as IPA does', async () => {
+    await withLoops([16 * MiB, 16 * MiB], async ([bad, good]) => {
+      for (const d of [bad!, good!]) await execa('sgdisk', ['-n', '1:0:+4M', d.path]);
+      const wipefs = `case "$*" in *${bad!.path}*) echo "wipefs: probing initialization failed" >&2; exit 1;; esac`;
+      await withFakeTools({ wipefs: `${wipefs}\nexec "$REAL" "$@"` }, () =>
+        withAgent([bad!, good!], {}, async (c) => {
+          const r = await execute(c, 'erase_devices_metadata');
+          expect(r.command_status).toBe('FAILED');
+          const err = r.command_error as { type: string; details: string };
+          expect(err.type).toBe('BlockDeviceEraseError');
+          expect(err.details).toMatch(
+            new RegExp(
+              `^Failed to erase the metadata on the device\\(s\\): "${bad!.path}": .*probing initialization failed`,
+            ),
+          );
+          expect(err.details).not.toContain(good!.path);
+        }),
+      );
+      expect(await signatures(good!.path)).toBe('');
+      expect(await signatures(bad!.path)).toMatch(/gpt/);
     });
   });
 

@@ -3,6 +3,9 @@
 import type { Logger } from '../log.ts';
 import { run } from '../exec.ts';
 
+/** `blkid -p`'s exit code for signatures it cannot choose between. */
+const AMBIVALENT = 8;
+
 export interface Probe {
   /** Filesystem type (`vfat`, `iso9660`, `ext4`), or null. */
   fstype: string | null;
@@ -33,7 +36,20 @@ export function parseExport(text: string): Map<string, string> {
 /** Probes one device, bypassing blkid's cache. Nothing recognisable is an all-null probe, not an error. */
 export async function probe(dev: string, log?: Logger): Promise<Probe> {
   const { stdout } = await run('blkid', ['-p', '-o', 'export', dev], { okCodes: [2], log });
-  const v = parseExport(stdout);
+  return identity(stdout);
+}
+
+/**
+ * As `probe`, but a device with signatures blkid will not choose between (two filesystems' on a reused disk:
+ * `blkid -p` exits 8) is 'ambivalent' instead of an error: such a device has no single identity.
+ */
+export async function probeUnlessAmbivalent(dev: string, log?: Logger): Promise<Probe | 'ambivalent'> {
+  const { stdout, exitCode } = await run('blkid', ['-p', '-o', 'export', dev], { okCodes: [2, AMBIVALENT], log });
+  return exitCode === AMBIVALENT ? 'ambivalent' : identity(stdout);
+}
+
+function identity(exported: string): Probe {
+  const v = parseExport(exported);
   const get = (k: string): string | null => v.get(k) || null;
   return {
     fstype: get('TYPE'),
@@ -45,4 +61,17 @@ export async function probe(dev: string, log?: Logger): Promise<Probe> {
     ptType: get('PTTYPE'),
     ptUuid: get('PTUUID'),
   };
+}
+
+/**
+ * Whether `dev` carries an md (Linux software RAID) superblock. Only RAID signatures are probed, so a disk
+ * whose filesystem signatures are ambivalent still gets an answer; RAID signatures blkid cannot choose between
+ * count as membership, since a superblock is there.
+ */
+export async function isRaidMember(dev: string, log?: Logger): Promise<boolean> {
+  const { stdout, exitCode } = await run('blkid', ['-p', '-u', 'raid', '-o', 'export', dev], {
+    okCodes: [2, AMBIVALENT],
+    log,
+  });
+  return exitCode === AMBIVALENT || parseExport(stdout).get('TYPE') === 'linux_raid_member';
 }

@@ -4,7 +4,7 @@
 import type { AgentServices } from '../services.ts';
 import { BlockDeviceEraseError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
-import { listPartitions, rescanPartitions } from './partitions.ts';
+import { partitionPaths, rescanPartitions } from './partitions.ts';
 import { clearSignatures } from './signatures.ts';
 
 type Services = Pick<AgentServices, 'guard' | 'log'>;
@@ -14,8 +14,7 @@ export async function eraseMetadata(services: Services, disk: string, sizeBytes:
   await services.guard.assertWritable(disk, 'erase the metadata of');
   try {
     await rescanPartitions(disk, log);
-    const partitions = (await listPartitions(disk, log)).map((p) => p.path);
-    await clearSignatures(disk, sizeBytes, services.guard, log, partitions);
+    await clearSignatures(disk, sizeBytes, services.guard, log, await partitionPaths(disk));
     // The table is gone; drop the kernel's stale partitions (exit 1: there were none).
     await run('partx', ['-d', disk], { okCodes: [1], log });
     await run('blockdev', ['--flushbufs', disk], { log });

@@ -18,6 +18,11 @@ export interface Partition extends Probe {
   size: number;
 }
 
+/** The device paths of every partition of `disk` the kernel knows, without probing them. */
+export async function partitionPaths(disk: string): Promise<string[]> {
+  return (await sysPartitions(kernelNameOf(disk))).map((name) => `/dev/${name}`);
+}
+
 /** Every partition of `disk` the kernel knows, with its blkid identity. */
 export async function listPartitions(disk: string, log?: Logger): Promise<Partition[]> {
   const diskName = kernelNameOf(disk);

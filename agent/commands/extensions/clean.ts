@@ -129,9 +129,23 @@ type CleanRunner = (ctx: CommandContext, args: Record<string, unknown>) => Promi
 const node = (ctx: CommandContext) => ctx.state.status.node;
 
 export const runners: Record<string, CleanRunner> = {
+  // As IPA: a tool failing on one disk does not stop the others; the step then fails naming each such disk.
+  // Anything else (the guard refusing a disk) stops at once.
   async erase_devices_metadata(services) {
     const { targets } = await cleaningTargets(services, 'skip');
-    for (const d of targets) await eraseMetadata(services, d.path, d.size);
+    const failures: string[] = [];
+    for (const d of targets) {
+      try {
+        await eraseMetadata(services, d.path, d.size);
+      } catch (err) {
+        if (!(err instanceof BlockDeviceEraseError)) throw err;
+        failures.push(`"${d.path}": ${errorText(err)}`);
+        services.log.error({ disk: d.path, err: errorText(err) }, `the metadata of ${d.path} could not be erased`);
+      }
+    }
+    if (failures.length > 0) {
+      throw new BlockDeviceEraseError(`Failed to erase the metadata on the device(s): ${failures.join('; ')}`);
+    }
     services.log.info({ disks: targets.map((d) => d.path) }, 'disk metadata erased');
     return null;
   },
