@@ -12,6 +12,7 @@ const DEVICE = [
   'test/disk-bootloader.test.ts',
   'test/disk-clean.test.ts',
   'test/disk-config-drive-write.test.ts',
+  'test/disk-erase-fallback.test.ts',
   'test/disk-erase-nvme.test.ts',
   'test/disk-erase.test.ts',
   'test/disk-partition-uuids.test.ts',

@@ -75,6 +75,12 @@ export async function eraseDisk(
     );
     return v;
   };
+  // A method can take hours: a disk mounted or claimed meanwhile must stop the erase before the next write.
+  const guard = (purpose: string) => services.guard.assertWritable(disk, purpose);
+  const metadata = async (): Promise<void> => {
+    meter.start('metadata', null, { device: disk });
+    await eraseMetadata(services, disk, dev.size);
+  };
   const done = (method: EraseMethod, verification: Verification | null, passes?: number): DiskErased => ({
     method,
     bytes: dev.size,
@@ -87,6 +93,7 @@ export async function eraseDisk(
   const secure = async (): Promise<DiskErased | null> => {
     const nvme = nvmeController(dev.name) !== null;
     if (nvme && settings.nvmeSecureErase) {
+      await guard('run an NVMe format on');
       meter.start('nvme format', null, { device: disk });
       const method = await nvmeSecureErase(disk, dev.name, { log, erasing });
       const v = await verify(method, 'changed');
@@ -94,6 +101,7 @@ export async function eraseDisk(
       return done(method, v);
     }
     if (!nvme && settings.ataSecureErase) {
+      await guard('run an ATA security erase on');
       meter.start('ata security erase', null, { device: disk });
       const outcome = await ataSecureErase(disk, { log });
       if (!outcome.erased) {
@@ -113,7 +121,7 @@ export async function eraseDisk(
     const result = await secure();
     if (result) return result;
   } catch (err) {
-    // Only the drive's refusals fall back; a missing or failing tool fails the step, as in IPA.
+    // Only the drive's refusals fall back; a missing or failing tool fails the step, as in IPA, and so does the guard.
     if (!(err instanceof BlockDeviceEraseError)) throw err;
     if (!settings.continueIfSecureEraseFailed) {
       throw new SecureEraseFailed(
@@ -129,6 +137,7 @@ export async function eraseDisk(
       ['secure discard', ['-s', disk]],
       ['discard', [disk]],
     ] as const) {
+      await guard(`run a ${method} on`);
       meter.start(method, null, { device: disk });
       try {
         await run('blkdiscard', args, { log, timeoutMs: 0 });
@@ -137,7 +146,12 @@ export async function eraseDisk(
         continue;
       }
       const v = await verify(method, 'zeros');
-      if (v.ok) return done(method, v);
+      if (v.ok) {
+        // A discard the drive honours only in part can pass the sampled read-back and still leave partition
+        // signatures, which express, as IPA's, must remove.
+        if (lastResort === 'metadata') await metadata();
+        return done(method, v);
+      }
       // The device acknowledged the discard but still returns data: not an erase.
       attempts.push({ method, error: `read-back found ${v.failure} (seed ${seed})` });
       break;
@@ -145,8 +159,7 @@ export async function eraseDisk(
   }
 
   if (lastResort === 'metadata') {
-    meter.start('metadata', null, { device: disk });
-    await eraseMetadata(services, disk, dev.size);
+    await metadata();
     return done('metadata', null);
   }
 
@@ -154,6 +167,7 @@ export async function eraseDisk(
   const zero = settings.finalZeroPass || settings.randomPasses === 0;
   const passes = settings.randomPasses + (zero ? 1 : 0);
   let pass = 0;
+  await guard('overwrite');
   try {
     await overwriteDevice(disk, dev.size, settings.randomPasses, zero, (p) => {
       if (p.pass !== pass) {

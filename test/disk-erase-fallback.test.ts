@@ -1,0 +1,129 @@
+// What happens after the first method of a disk erase: a disk mounted while an earlier method ran (which can
+// take hours) must stop the erase before the next method writes, and express must not let a discard the
+// drive honours only in part stand in for its metadata erase. Loop devices, fake hdparm and blkdiscard.
+import { copyFile, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { BlockDevice } from '../agent/disk/block-devices.ts';
+import { eraseDisk, type LastResort } from '../agent/disk/erase-disk.ts';
+import type { EraseSettings } from '../agent/disk/erase-settings.ts';
+import { ProtectedDeviceError } from '../agent/errors.ts';
+import { nullLogger } from '../agent/log.ts';
+import { ProgressMeter } from '../agent/progress.ts';
+import { DeviceGuard } from '../agent/safety/device-guard.ts';
+import { FAKE_HDPARM } from './helpers/fake-hdparm.ts';
+import { installFakes, type FakeTools } from './helpers/fake-tools.ts';
+import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
+
+let fakes: FakeTools | undefined;
+afterEach(async () => {
+  await fakes?.close();
+  fakes = undefined;
+});
+
+const settings = (over: Partial<EraseSettings>): EraseSettings => ({
+  nvmeSecureErase: true,
+  ataSecureErase: true,
+  continueIfSecureEraseFailed: true,
+  randomPasses: 1,
+  finalZeroPass: true,
+  concurrency: 1,
+  skipReadOnly: false,
+  discard: true,
+  ...over,
+});
+
+function erase(d: LoopDevice, s: EraseSettings, lastResort?: LastResort) {
+  const dev: BlockDevice = {
+    name: d.path.replace('/dev/', ''),
+    path: d.path,
+    size: d.sizeBytes,
+    model: null,
+    vendor: null,
+    serial: null,
+    wwn: null,
+    wwnWithExtension: null,
+    wwnVendorExtension: null,
+    rotational: false,
+    hctl: null,
+    byPath: null,
+    logicalSectorSize: 512,
+    physicalSectorSize: 512,
+    type: 'disk',
+    tran: null,
+    readOnly: false,
+  };
+  const services = { guard: new DeviceGuard([d.path]), log: nullLogger };
+  return eraseDisk(services, dev, s, new ProgressMeter(() => {}, nullLogger), new Set([dev.name]), lastResort);
+}
+
+const ext4At = async (dev: string, offset = 0) =>
+  (await execa('blkid', ['-p', '-O', String(offset), '-o', 'export', dev], { reject: false })).stdout.includes(
+    'TYPE=ext4',
+  );
+
+describe('a disk mounted during the secure erase attempt', () => {
+  // The drive reports frozen, so the node's continue setting falls back; `hdparm -I` mounts the disk first.
+  async function mountedWhileIdentifying(d: LoopDevice, mnt: string): Promise<FakeTools> {
+    const mountFirst = `
+if (args[0] === '-I' && !fs.existsSync(state + '/mounted')) {
+  require('node:child_process').execFileSync('mount', [args[1], ${JSON.stringify(mnt)}]);
+  fs.writeFileSync(state + '/mounted', '');
+}
+`;
+    const f = await installFakes({ hdparm: mountFirst + FAKE_HDPARM, blkdiscard: 'process.exit(0);' });
+    await copyFile(join(import.meta.dirname, 'fixtures', 'hdparm', 'frozen.txt'), join(f.dir, 'identify.txt'));
+    await execa('mkfs.ext4', ['-q', '-F', d.path]);
+    return f;
+  }
+
+  for (const [discard, refusal] of [
+    [false, /refusing to overwrite \/dev\/loop\d+: /],
+    [true, /refusing to run a secure discard on \/dev\/loop\d+: /],
+  ] as const) {
+    it(`is refused by the guard before the fallback writes (discard ${discard ? 'on' : 'off'})`, async () => {
+      const mnt = await mkdtemp(join(tmpdir(), 'ina-mnt-'));
+      try {
+        await withLoops([32 * MiB], async ([d]) => {
+          try {
+            fakes = await mountedWhileIdentifying(d!, mnt);
+            const err = await erase(d!, settings({ discard })).catch((e: unknown) => e);
+            expect(err).toBeInstanceOf(ProtectedDeviceError);
+            expect((err as Error).message).toMatch(refusal);
+            expect(await fakes.calls('blkdiscard')).toEqual([]);
+            expect(await ext4At(d!.path)).toBe(true);
+          } finally {
+            await execa('umount', [mnt], { reject: false });
+          }
+        });
+      } finally {
+        await rm(mnt, { recursive: true, force: true });
+      }
+    });
+  }
+});
+
+describe('erase_devices_express after a discard', () => {
+  it('a discard that passes the read-back but left a filesystem signature still gets the metadata erase', async () => {
+    // Zeroes all but the 4 KiB holding partition 1's ext4 superblock.
+    const partial = `
+const dev = args.at(-1); const fd = fs.openSync(dev, 'r+');
+const size = Number(require('node:child_process').execFileSync('blockdev', ['--getsize64', dev]));
+const z = Buffer.alloc(4096); const keep = 8 << 20;
+for (let at = 0; at < size; at += 4096) if (at !== keep) fs.writeSync(fd, z, 0, 4096, at);
+fs.fsyncSync(fd); fs.closeSync(fd);`;
+    await withLoops([64 * MiB], async ([d]) => {
+      await execa('sfdisk', ['-q', d!.path], { input: 'label: gpt\nstart=16384, size=65536\n' });
+      await execa('partx', ['-u', d!.path], { reject: false });
+      await execa('mkfs.ext4', ['-q', '-F', `${d!.path}p1`]);
+      fakes = await installFakes({ blkdiscard: partial });
+      const r = await erase(d!, settings({ ataSecureErase: false }), 'metadata');
+      expect(await fakes.calls('blkdiscard')).toEqual([['-s', d!.path]]);
+      // The sampled read-back may by chance land on the kept block; then 'metadata' is the honest method.
+      expect(['secure discard', 'metadata']).toContain(r.method);
+      expect(await ext4At(d!.path, 8 * MiB)).toBe(false);
+    });
+  });
+});
