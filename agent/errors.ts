@@ -169,7 +169,15 @@ export class IncompatibleHardwareMethodError extends AgentError {
   static override summary = 'HardwareManager method is not compatible with hardware';
 }
 /** An external tool is missing or failed; details carry the command line, exit code and stderr. */
-export class ToolError extends CommandExecutionError {}
+export class ToolError extends CommandExecutionError {
+  /** The tool's exit status when it ran and failed; null when it never ran, timed out or was cancelled. */
+  constructor(
+    details: string,
+    readonly exitCode: number | null = null,
+  ) {
+    super(details);
+  }
+}
 
 /** Any thrown value as a command error: our own errors keep their type, anything else is wrapped. */
 export function toCommandError(err: unknown, wrap: 'wrap' | 'keep-type'): CommandErrorBody {

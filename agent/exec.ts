@@ -70,11 +70,14 @@ export async function run(file: string, args: readonly string[], opts: RunOption
         : (result.cause as NodeJS.ErrnoException | undefined)?.code === 'ENOENT' ||
             notExecuted(result.exitCode, String(result.stderr ?? ''))
           ? 'not installed'
-          : `exit code ${exitCode}`;
+          : null;
     const stderr = String(result.stderr ?? '')
       .trim()
       .slice(0, 2000);
-    throw new ToolError(`${line} failed (${why})${stderr ? `: ${stderr}` : ''}`);
+    throw new ToolError(
+      `${line} failed (${why ?? `exit code ${exitCode}`})${stderr ? `: ${stderr}` : ''}`,
+      why ? null : exitCode,
+    );
   }
   return { stdout: String(result.stdout ?? ''), stderr: String(result.stderr ?? ''), exitCode };
 }

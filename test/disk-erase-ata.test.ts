@@ -3,10 +3,17 @@
 // state. Whatever happens once the password may have been set, it is gone at the end.
 import { copyFile, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ataSecureErase, parseSecurity } from '../agent/disk/ata-erase.ts';
+import { run } from '../agent/exec.ts';
 import { installFakes, type FakeTools } from './helpers/fake-tools.ts';
 import { FAKE_HDPARM } from './helpers/fake-hdparm.ts';
+
+// The real `run`, watched: the options an erase is started with show its time limit.
+vi.mock('../agent/exec.ts', async (importOriginal) => {
+  const real = await importOriginal<typeof import('../agent/exec.ts')>();
+  return { ...real, run: vi.fn(real.run) };
+});
 
 const FIXTURES = join(import.meta.dirname, 'fixtures', 'hdparm');
 const DISK = '/dev/fake-sdb';
@@ -160,6 +167,32 @@ describe('ATA security erase', () => {
       /Erase failed .*and the security password NULL could not be removed \(security is still enabled and locked\)/,
     );
     expect((await finalState(f)).enabled).toBe(true);
+  });
+
+  it('sets no time limit on an erase the drive estimates as "more than 508min", or not at all', async () => {
+    const eraseTimeout = async (times: string | null) => {
+      const f = await drive('enhanced-capable');
+      const page = await readFile(join(f.dir, 'identify.txt'), 'utf8');
+      const line = /^\t.*SECURITY ERASE UNIT.*\n/m;
+      await writeFile(join(f.dir, 'identify.txt'), page.replace(line, times === null ? '' : `\t${times}\n`));
+      vi.mocked(run).mockClear();
+      expect(await ataSecureErase(DISK)).toEqual({ erased: true, enhanced: true });
+      await f.close();
+      const erase = vi.mocked(run).mock.calls.find(([, args]) => args.includes('--security-erase-enhanced'));
+      return erase?.[2]?.timeoutMs;
+    };
+    const saturated = 'more than 508min for SECURITY ERASE UNIT. more than 508min for ENHANCED SECURITY ERASE UNIT.';
+    // 0 is no timeout for `run` (execa); leaving it out would mean run's own 5 minutes.
+    expect(await eraseTimeout(saturated)).toBe(0);
+    expect(await eraseTimeout(null)).toBe(0);
+    // A real estimate still bounds the erase: twice the 4 minutes, plus 10.
+    expect(await eraseTimeout('2min for SECURITY ERASE UNIT. 4min for ENHANCED SECURITY ERASE UNIT.')).toBe(
+      18 * 60_000,
+    );
+    expect(parseSecurity(`Security: \n\t\tsupported\n\t${saturated}\n`)).toMatchObject({
+      eraseMinutes: null,
+      enhancedEraseMinutes: null,
+    });
   });
 
   it('hdparm -I failing is an error, not a verdict on the drive', async () => {

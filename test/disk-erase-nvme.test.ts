@@ -1,6 +1,7 @@
 // NVMe secure erase with a fake nvme-cli on PATH (recorded id-ctrl fields, a format that zeroes the test's
 // loop device, does nothing, or fails): which Secure Erase Setting is chosen, what is refused, and how the
 // read-back and the node's continue setting judge a format that left the data in place.
+import { existsSync } from 'node:fs';
 import { open, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -8,6 +9,7 @@ import type { BlockDevice } from '../agent/disk/block-devices.ts';
 import { eraseDisk, SecureEraseFailed } from '../agent/disk/erase-disk.ts';
 import type { EraseSettings } from '../agent/disk/erase-settings.ts';
 import { nvmeSecureErase } from '../agent/disk/nvme-erase.ts';
+import { ToolError } from '../agent/errors.ts';
 import { nullLogger } from '../agent/log.ts';
 import { ProgressMeter } from '../agent/progress.ts';
 import { DeviceGuard } from '../agent/safety/device-guard.ts';
@@ -238,6 +240,25 @@ describe('NVMe erase of a disk, judged by the read-back', () => {
       expect(r.attempts[0]!.error).toMatch(/left data behind/);
       expect(['secure discard', 'discard']).toContain(r.method);
       expect((await readFile(d!.path)).every((b) => b === 0)).toBe(true);
+    });
+  });
+
+  it('nvme-cli missing fails the disk even where the node allows falling back, and nothing is erased', async () => {
+    await withLoops([8 * MiB], async ([d]) => {
+      await fill(d!);
+      const path = process.env.PATH;
+      process.env.PATH = (path ?? '')
+        .split(':')
+        .filter((dir) => !existsSync(join(dir, 'nvme')))
+        .join(':');
+      const err = await erase(d!, settings({ continueIfSecureEraseFailed: true }))
+        .catch((e: unknown) => e)
+        .finally(() => {
+          process.env.PATH = path;
+        });
+      expect(err).toBeInstanceOf(ToolError);
+      expect(String((err as Error).message)).toMatch(/^nvme id-ctrl \/dev\/loop\d+ -o json failed \(not installed\)/);
+      expect((await readFile(d!.path)).every((b) => b === 0x5a)).toBe(true);
     });
   });
 

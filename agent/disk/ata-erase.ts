@@ -16,7 +16,7 @@ export interface AtaSecurity {
   locked: boolean;
   frozen: boolean;
   enhanced: boolean;
-  /** The drive's own estimates, in minutes (null when it gives none). */
+  /** The drive's own estimates, in minutes (null when it gives none, or only a "more than"). */
   eraseMinutes: number | null;
   enhancedEraseMinutes: number | null;
 }
@@ -40,9 +40,10 @@ export function parseSecurity(identify: string): AtaSecurity | null {
   // Exact lines, as IPA matches them: "not enabled" must not read as "enabled".
   const has = (l: string) => lines.includes(l);
   const times = lines.find((l) => /SECURITY ERASE UNIT/.test(l)) ?? '';
+  // "more than 508min" is a saturated field, not an estimate: the erase may take any time.
   const minutes = (re: RegExp) => {
     const m = re.exec(times);
-    return m ? Number(m[1]) : null;
+    return m && !m[1] ? Number(m[2]) : null;
   };
   return {
     supported: has('supported'),
@@ -50,8 +51,8 @@ export function parseSecurity(identify: string): AtaSecurity | null {
     locked: has('locked'),
     frozen: has('frozen'),
     enhanced: has('supported: enhanced erase'),
-    eraseMinutes: minutes(/(\d+)min for SECURITY ERASE UNIT/),
-    enhancedEraseMinutes: minutes(/(\d+)min for ENHANCED SECURITY ERASE UNIT/),
+    eraseMinutes: minutes(/(more than )?(\d+)min for SECURITY ERASE UNIT/),
+    enhancedEraseMinutes: minutes(/(more than )?(\d+)min for ENHANCED SECURITY ERASE UNIT/),
   };
 }
 
@@ -59,7 +60,10 @@ export type AtaOutcome = { erased: true; enhanced: boolean } | { erased: false; 
 
 export interface AtaOptions {
   log?: Logger;
-  /** How long the erase may take; by default twice the drive's estimate plus 10 minutes, else 24 h. */
+  /**
+   * How long the erase may take (0: no limit); by default twice the drive's estimate plus 10 minutes, and no
+   * limit without one, as in IPA: killing hdparm does not stop the drive, which goes on erasing, locked.
+   */
   eraseTimeoutMs?: number;
 }
 
@@ -129,7 +133,9 @@ export async function ataSecureErase(disk: string, opts: AtaOptions = {}): Promi
   }
   const enhanced = state.enhanced;
   const minutes = enhanced ? state.enhancedEraseMinutes : state.eraseMinutes;
-  const timeoutMs = opts.eraseTimeoutMs ?? (minutes !== null ? (2 * minutes + 10) * 60_000 : 24 * 3600_000);
+  const bound = minutes !== null ? (2 * minutes + 10) * 60_000 : 0;
+  // A timer holds at most 2^31 - 1 ms (about 24.8 days); a longer estimate bounds nothing we can enforce.
+  const timeoutMs = opts.eraseTimeoutMs ?? (bound < 2 ** 31 ? bound : 0);
   let failure: unknown = null;
   try {
     if (!state.enabled) {
@@ -139,7 +145,7 @@ export async function ataSecureErase(disk: string, opts: AtaOptions = {}): Promi
         throw new BlockDeviceEraseError(`Security password set failed for device ${disk}: ${errorText(err)}`);
       }
     }
-    log?.info({ disk, enhanced, timeout_s: timeoutMs / 1000 }, 'ATA security erase started');
+    log?.info({ disk, enhanced, timeout_s: timeoutMs ? timeoutMs / 1000 : null }, 'ATA security erase started');
     try {
       await hdparm([enhanced ? '--security-erase-enhanced' : '--security-erase', PASSWORD], disk, log, timeoutMs);
     } catch (err) {

@@ -4,7 +4,7 @@
 // or its secure erase reaches every namespace (bit 0, bit 1: the NVM subsystem's, not only the controller's),
 // every other namespace there must be one we erase too. When sysfs cannot say which namespaces those are, the
 // format is refused rather than assumed to stay inside.
-import { BlockDeviceEraseError, errorText } from '../errors.ts';
+import { BlockDeviceEraseError, errorText, ToolError } from '../errors.ts';
 import { run } from '../exec.ts';
 import { listSys, readSys } from '../host/sysfs.ts';
 import type { Logger } from '../log.ts';
@@ -22,12 +22,23 @@ export function nvmeController(name: string): string | null {
   return /^(nvme\d+)n\d+$/.exec(name)?.[1] ?? null;
 }
 
+/**
+ * Only nvme-cli's own failure status is the drive's refusal, which may fall back to another method. nvme-cli
+ * missing or timed out says nothing about the drive (a timed-out format may still be running): that error goes
+ * up unchanged and fails the step, as in IPA.
+ */
+function refusal(message: string, err: unknown): unknown {
+  if (err instanceof ToolError && err.exitCode !== null)
+    return new BlockDeviceEraseError(`${message}: ${errorText(err)}`);
+  return err;
+}
+
 export async function identifyController(disk: string, log?: Logger): Promise<NvmeController> {
   let stdout: string;
   try {
     ({ stdout } = await run('nvme', ['id-ctrl', disk, '-o', 'json'], { log }));
   } catch (err) {
-    throw new BlockDeviceEraseError(`Failed to fetch NVMe capabilities for device ${disk}: ${errorText(err)}`);
+    throw refusal(`Failed to fetch NVMe capabilities for device ${disk}`, err);
   }
   let doc: Record<string, unknown>;
   try {
@@ -102,7 +113,7 @@ export async function nvmeSecureErase(disk: string, name: string, opts: NvmeOpti
   try {
     await run('nvme', ['format', disk, '-s', String(ses), '-f'], { log, timeoutMs: 24 * 3600_000 });
   } catch (err) {
-    throw new BlockDeviceEraseError(`Failed to nvme format device ${disk}: ${errorText(err)}`);
+    throw refusal(`Failed to nvme format device ${disk}`, err);
   }
   return crypto ? 'nvme crypto erase' : 'nvme user-data erase';
 }
