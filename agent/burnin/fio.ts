@@ -68,7 +68,7 @@ export function fioDiskArgs(info: Record<string, unknown>, devices: readonly str
 }
 
 export async function fioDisk(ctx: CommandContext, info: Record<string, unknown>): Promise<null> {
-  const { targets } = await cleaningTargets(ctx, 'skip');
+  const { targets } = await cleaningTargets(ctx, 'skip', 'ignore');
   const args = fioDiskArgs(
     info,
     targets.map((d) => d.path),

@@ -59,6 +59,8 @@ export interface Config {
   disks: {
     allowlist: string[] | null;
     skipBlockDevices: string[];
+    /** ipa-guard-special-filesystems: the metadata and express erases refuse disks of shared filesystems. */
+    guardSpecialFilesystems: boolean;
   };
   image: {
     connectTimeoutS: number;
@@ -166,6 +168,7 @@ export function buildConfig(
     disks: {
       allowlist: allow.length > 0 ? allow : null,
       skipBlockDevices: r.list('ipa-skip-block-devices'),
+      guardSpecialFilesystems: r.bool('ipa-guard-special-filesystems', true),
     },
     image: {
       connectTimeoutS: r.num('ipa-image-download-connection-timeout', 60, { min: 0.1 }),

@@ -4,9 +4,11 @@
 // metadata steps skip them, as IPA does. All targets are checked with the device guard before any is
 // touched, so a protected disk fails the step up front instead of half-way through.
 import type { AgentServices } from '../services.ts';
-import { BlockDeviceEraseError, CleaningError } from '../errors.ts';
+import { BlockDeviceEraseError, CleaningError, ProtectedDeviceError } from '../errors.ts';
+import { probeUnlessAmbivalent } from './blkid.ts';
 import { allowlistedNames, listBlockDevices, type BlockDevice } from './block-devices.ts';
 import { eraseSkipReason } from './erase-skip.ts';
+import { partitionPaths } from './partitions.ts';
 import { skipList } from './skip-list.ts';
 
 export interface CleaningTargets {
@@ -15,15 +17,54 @@ export interface CleaningTargets {
   skipped: { device: string; reason: string }[];
 }
 
+// IPA's safety_check_block_device: clustered filesystems may be a SAN volume other hosts are using.
+// Lower case, as blkid prints them: IPA's upper-case GUIDs never match, which it does not intend.
+const SHARED_FILESYSTEMS: ReadonlyMap<string, string> = new Map([
+  ['37affc90-ef7d-4e96-91c3-2d7ae055b174', 'IBM GPFS Partition'],
+  ['aa31e02a-400f-11db-9590-000c2911d1b8', 'VMware VMFS Partition (GPT)'],
+  ['0xfb', 'VMware VMFS Partition (MBR)'],
+  ['gfs2', 'Red Hat Global File System 2'],
+]);
+
+/** Throws ProtectedDeviceError when the disk or one of its partitions holds a shared filesystem. */
+async function refuseSharedFilesystems(services: AgentServices, disk: string): Promise<void> {
+  for (const dev of [disk, ...(await partitionPaths(disk))]) {
+    const p = await probeUnlessAmbivalent(dev, services.log);
+    if (p === 'ambivalent') continue;
+    for (const id of [p.uuid, p.ptUuid, p.partType, p.partuuid, p.fstype]) {
+      const what = id && SHARED_FILESYSTEMS.get(id.toLowerCase());
+      if (what) {
+        throw new ProtectedDeviceError(
+          `Protected ${what} located on device ${dev}. This volume or contents may be a shared block device. ` +
+            "No disk was erased. If it is this node's own, erase it with the node's driver_internal_info " +
+            'wipe_special_filesystems set to false, or with the agent started with ipa-guard-special-filesystems=false.',
+        );
+      }
+    }
+  }
+}
+
+/**
+ * `sharedFilesystems: 'refuse'` is IPA's guard against erasing a clustered filesystem, off when the agent's
+ * ipa-guard-special-filesystems or the node's driver_internal_info.wipe_special_filesystems is false. The erase
+ * steps ask for it (IPA checks the whole disk's own identity in erase_devices, its partitions too in the others:
+ * here every erase checks both, since a shared volume is lost alike); the disk burn-in reads and writes scratch
+ * data it was told to, as IPA's does.
+ */
 export async function cleaningTargets(
   services: AgentServices,
   readOnly: 'skip' | 'refuse-unless-allowed',
+  sharedFilesystems: 'refuse' | 'ignore',
 ): Promise<CleaningTargets> {
   const allow = services.config.disks.allowlist;
   const allowed = await allowlistedNames(allow);
   const skippedByList = skipList(services);
-  const skipReadOnly =
-    readOnly === 'skip' || services.state.status.node?.driver_internal_info?.agent_erase_skip_read_only === true;
+  const internal = services.state.status.node?.driver_internal_info;
+  const skipReadOnly = readOnly === 'skip' || internal?.agent_erase_skip_read_only === true;
+  const guardShared =
+    sharedFilesystems === 'refuse' &&
+    services.config.disks.guardSpecialFilesystems &&
+    internal?.wipe_special_filesystems !== false;
   const out: CleaningTargets = { targets: [], skipped: [] };
   for (const dev of await listBlockDevices(services)) {
     if (allow && !allowed.has(dev.name)) continue;
@@ -47,6 +88,7 @@ export async function cleaningTargets(
     }
     const verdict = await services.guard.verdict(dev.path);
     if (!verdict.ok) throw new CleaningError(`Refusing to erase ${dev.path}: ${verdict.reason}`);
+    if (guardShared) await refuseSharedFilesystems(services, dev.path);
     out.targets.push(dev);
   }
   for (const s of out.skipped) services.log.info(s, `not erasing ${s.device}: ${s.reason}`);

@@ -39,7 +39,8 @@ export interface DiskErased {
   attempts: { method: string; error: string }[];
 }
 
-type Services = Pick<AgentServices, 'guard' | 'log'>;
+/** `signal`: the command's cancellation (see `eraseDisk`). */
+type Services = Pick<AgentServices, 'guard' | 'log'> & { signal?: AbortSignal };
 
 /** What runs when no secure erase or discard counted: IPA's shred, or (express) the metadata erase. */
 export type LastResort = 'overwrite' | 'metadata';
@@ -47,6 +48,11 @@ export type LastResort = 'overwrite' | 'metadata';
 /** A secure erase that did not hold up; the node's continue setting decides what happens next. */
 export class SecureEraseFailed extends Error {}
 
+/**
+ * A cancelled erase (`services.signal`) stops its discard or overwrite at once and starts no further method,
+ * throwing the signal's reason. A secure erase or format already running is let finish, as in IPA: killing
+ * hdparm leaves the drive erasing and locked.
+ */
 export async function eraseDisk(
   services: Services,
   dev: BlockDevice,
@@ -57,7 +63,13 @@ export async function eraseDisk(
 ): Promise<DiskErased> {
   const log = services.log.child({ disk: dev.path });
   const disk = dev.path;
-  await services.guard.assertWritable(disk, 'erase');
+  const signal = services.signal;
+  // A method can take hours: a disk mounted or claimed meanwhile, or a cancel, must stop the erase before the next.
+  const guard = async (purpose: string) => {
+    signal?.throwIfAborted();
+    await services.guard.assertWritable(disk, purpose);
+  };
+  await guard('erase');
   const started = Date.now();
   const seed = randomInt(2 ** 31);
   const plan = samplePlan(dev.size, seed);
@@ -75,9 +87,8 @@ export async function eraseDisk(
     );
     return v;
   };
-  // A method can take hours: a disk mounted or claimed meanwhile must stop the erase before the next write.
-  const guard = (purpose: string) => services.guard.assertWritable(disk, purpose);
   const metadata = async (): Promise<void> => {
+    signal?.throwIfAborted();
     meter.start('metadata', null, { device: disk });
     await eraseMetadata(services, disk, dev.size);
   };
@@ -140,8 +151,9 @@ export async function eraseDisk(
       await guard(`run a ${method} on`);
       meter.start(method, null, { device: disk });
       try {
-        await run('blkdiscard', args, { log, timeoutMs: 0 });
+        await run('blkdiscard', args, { log, timeoutMs: 0, signal });
       } catch (err) {
+        signal?.throwIfAborted();
         attempts.push({ method, error: errorText(err) });
         continue;
       }
@@ -169,19 +181,27 @@ export async function eraseDisk(
   let pass = 0;
   await guard('overwrite');
   try {
-    await overwriteDevice(disk, dev.size, settings.randomPasses, zero, (p) => {
-      if (p.pass !== pass) {
-        pass = p.pass;
-        meter.start('overwrite', p.total, {
-          device: disk,
-          pass,
-          passes,
-          data: pass <= settings.randomPasses ? 'random' : 'zeros',
-        });
-      }
-      meter.set(p.bytes);
-    });
+    await overwriteDevice(
+      disk,
+      dev.size,
+      settings.randomPasses,
+      zero,
+      (p) => {
+        if (p.pass !== pass) {
+          pass = p.pass;
+          meter.start('overwrite', p.total, {
+            device: disk,
+            pass,
+            passes,
+            data: pass <= settings.randomPasses ? 'random' : 'zeros',
+          });
+        }
+        meter.set(p.bytes);
+      },
+      signal,
+    );
   } catch (err) {
+    signal?.throwIfAborted();
     throw new BlockDeviceEraseError(`Unable to erase block device ${disk}: ${errorText(err)}`);
   }
   const v = await verify('overwrite', zero ? 'zeros' : 'changed');

@@ -19,10 +19,13 @@ async function onePass(
   sizeBytes: number,
   next: () => Buffer,
   report: (bytes: number) => void,
+  signal: AbortSignal | undefined,
 ): Promise<void> {
   const fh = await open(disk, 'r+');
   try {
     for (let at = 0; at < sizeBytes; at += CHUNK) {
+      // A pass takes hours on a large disk; a cancelled erase stops within a chunk.
+      signal?.throwIfAborted();
       const length = Math.min(CHUNK, sizeBytes - at);
       await writeAll(fh, next(), 0, length, at);
       report(at + length);
@@ -33,13 +36,17 @@ async function onePass(
   }
 }
 
-/** Writes every byte of `disk` `randomPasses` times with random data, then once with zeros if asked. */
+/**
+ * Writes every byte of `disk` `randomPasses` times with random data, then once with zeros if asked. Throws
+ * the signal's reason once it is aborted, leaving the disk part-written.
+ */
 export async function overwriteDevice(
   disk: string,
   sizeBytes: number,
   randomPasses: number,
   zeroPass: boolean,
   onProgress: (p: OverwriteProgress) => void = () => {},
+  signal?: AbortSignal,
 ): Promise<void> {
   const passes = randomPasses + (zeroPass ? 1 : 0);
   const zeros = Buffer.alloc(CHUNK);
@@ -47,6 +54,6 @@ export async function overwriteDevice(
     const random = pass <= randomPasses;
     const cipher = random ? createCipheriv('aes-256-ctr', randomBytes(32), randomBytes(16)) : null;
     const next = () => (cipher ? cipher.update(zeros) : zeros);
-    await onePass(disk, sizeBytes, next, (bytes) => onProgress({ pass, passes, bytes, total: sizeBytes }));
+    await onePass(disk, sizeBytes, next, (bytes) => onProgress({ pass, passes, bytes, total: sizeBytes }), signal);
   }
 }

@@ -54,11 +54,16 @@ interface ExecuteParams {
   cleanVersion: unknown;
 }
 
-/** Runs `work` over `items`, at most `limit` at a time. */
-async function pool<T>(items: readonly T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
+/** Runs `work` over `items`, at most `limit` at a time, starting none once `signal` is aborted. */
+async function pool<T>(
+  items: readonly T[],
+  limit: number,
+  signal: AbortSignal,
+  work: (item: T) => Promise<void>,
+): Promise<void> {
   let next = 0;
   const worker = async () => {
-    while (next < items.length) await work(items[next++]!);
+    while (next < items.length && !signal.aborted) await work(items[next++]!);
   };
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
 }
@@ -66,14 +71,16 @@ async function pool<T>(items: readonly T[], limit: number, work: (item: T) => Pr
 /**
  * Erases every target, `disk_erasure_concurrency` at a time. A disk that fails does not stop the others
  * (no erase is left running behind a failed step); the step then fails naming every such disk and why.
- * The result has one entry per disk: how it was erased and verified, or why it was skipped.
+ * The result has one entry per disk: how it was erased and verified, or why it was skipped. A cancel stops
+ * every erase before its next method (see `eraseDisk`) and starts no further disk.
  */
 async function eraseAll(
   ctx: CommandContext,
   settings: EraseSettings,
   lastResort: LastResort,
 ): Promise<Record<string, unknown>> {
-  const { targets, skipped } = await cleaningTargets(ctx, lastResort === 'metadata' ? 'skip' : 'refuse-unless-allowed');
+  const readOnly = lastResort === 'metadata' ? 'skip' : 'refuse-unless-allowed';
+  const { targets, skipped } = await cleaningTargets(ctx, readOnly, 'refuse');
   const board = new EraseBoard(
     (r) => ctx.progress(r),
     ctx.log,
@@ -83,7 +90,7 @@ async function eraseAll(
   const results: Record<string, unknown> = {};
   const failures: string[] = [];
   ctx.log.info({ disks: targets.map((d) => d.path), concurrency: settings.concurrency, settings }, 'erasing disks');
-  await pool(targets, settings.concurrency, async (d: BlockDevice) => {
+  await pool(targets, settings.concurrency, ctx.signal, async (d: BlockDevice) => {
     const meter = board.meter(d.path);
     try {
       const r = await eraseDisk(ctx, d, settings, meter, erasing, lastResort);
@@ -98,6 +105,8 @@ async function eraseAll(
       board.set(d.path, { phase: failures.some((f) => f.startsWith(`${d.path}:`)) ? 'failed' : 'done' });
     }
   });
+  // Cancelled: the disks cut short failed with the cancellation, not with an erase error of their own.
+  ctx.signal.throwIfAborted();
   if (failures.length > 0) {
     throw new BlockDeviceEraseError(
       `Failed to erase ${failures.length} of ${targets.length} device(s): ${failures.join('; ')}`,
@@ -132,7 +141,7 @@ export const runners: Record<string, CleanRunner> = {
   // As IPA: a tool failing on one disk does not stop the others; the step then fails naming each such disk.
   // Anything else (the guard refusing a disk) stops at once.
   async erase_devices_metadata(services) {
-    const { targets } = await cleaningTargets(services, 'skip');
+    const { targets } = await cleaningTargets(services, 'skip', 'refuse');
     const failures: string[] = [];
     for (const d of targets) {
       try {

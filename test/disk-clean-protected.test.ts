@@ -1,0 +1,132 @@
+// IPA's guard of shared filesystems through the real API, on loop devices: the metadata and express erases
+// refuse a disk with a VMFS or GPFS partition (ProtectedDeviceError) unless the node or the agent turns it off.
+import { execa } from 'execa';
+import { describe, expect, it } from 'vitest';
+import { CLEAN_STEPS } from '../agent/commands/extensions/clean.ts';
+import { hardwareManagerVersions } from '../agent/disk/hardware-manager.ts';
+import { AgentClient, type CommandResult } from './helpers/agent-client.ts';
+import { startAgent } from './helpers/api-harness.ts';
+import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
+
+const VMFS_GPT = 'AA31E02A-400F-11DB-9590-000C2911D1B8';
+const GPFS_GPT = '37AFFC90-EF7D-4E96-91C3-2D7AE055B174';
+
+async function withAgent<T>(
+  devs: LoopDevice[],
+  flags: Record<string, string>,
+  body: (c: AgentClient) => Promise<T>,
+): Promise<T> {
+  const running = await startAgent({ 'device-allowlist': devs.map((d) => d.path).join(','), ...flags });
+  const client = new AgentClient({ url: running.url, pollIntervalMs: 100, pollAttempts: 600 });
+  try {
+    return await body(client);
+  } finally {
+    await client.close();
+    await running.close();
+  }
+}
+
+function execute(c: AgentClient, name: string, driverInternalInfo: Record<string, unknown> = {}) {
+  const step = { ...CLEAN_STEPS.find((x) => x.step === name)!, requires_ramdisk: true };
+  const node = {
+    uuid: '2005a784-89ea-4482-b56a-65497029a47e',
+    properties: {},
+    instance_info: {},
+    driver_internal_info: driverInternalInfo,
+  };
+  return c.command(
+    'clean.execute_clean_step',
+    { step, node, ports: [], clean_version: hardwareManagerVersions() },
+    { poll: true },
+  ) as Promise<CommandResult>;
+}
+
+/** The partition table type and the first partition's type, as blkid reads them from the disk. */
+async function table(dev: LoopDevice): Promise<string> {
+  const pt = await execa('blkid', ['-p', '-o', 'value', '-s', 'PTTYPE', dev.path], { reject: false });
+  const part = await execa('blkid', ['-p', '-o', 'value', '-s', 'PART_ENTRY_TYPE', `${dev.path}p1`], {
+    reject: false,
+  });
+  return `${pt.stdout.trim()} ${part.stdout.trim()}`.trim();
+}
+
+const SHARED = [
+  { what: 'VMware VMFS Partition (MBR)', table: 'dos 0xfb', label: 'label: dos\nstart=2048, size=16384, type=fb\n' },
+  {
+    what: 'VMware VMFS Partition (GPT)',
+    table: `gpt ${VMFS_GPT.toLowerCase()}`,
+    label: `label: gpt\nsize=8M, type=${VMFS_GPT}\n`,
+  },
+  {
+    what: 'IBM GPFS Partition',
+    table: `gpt ${GPFS_GPT.toLowerCase()}`,
+    label: `label: gpt\nsize=8M, type=${GPFS_GPT}\n`,
+  },
+];
+
+/** A disk with one partition of the shared filesystem's type, and a plain GPT disk beside it. */
+async function withSharedDisk(label: string, body: (shared: LoopDevice, plain: LoopDevice) => Promise<void>) {
+  await withLoops([32 * MiB, 32 * MiB], async ([shared, plain]) => {
+    await execa('sfdisk', ['-q', shared!.path], { input: label });
+    await execa('sfdisk', ['-q', plain!.path], { input: 'label: gpt\nsize=8M\n' });
+    for (const d of [shared!, plain!]) await execa('partx', ['-u', d.path], { reject: false });
+    await body(shared!, plain!);
+  });
+}
+
+describe('shared filesystems (guard_special_filesystems)', () => {
+  for (const fs of SHARED) {
+    it(`erase_devices_metadata refuses a disk with a "${fs.what}" and touches no disk`, async () => {
+      await withSharedDisk(fs.label, async (shared, plain) => {
+        expect(await table(shared)).toBe(fs.table);
+        await withAgent([plain, shared], {}, async (c) => {
+          const r = await execute(c, 'erase_devices_metadata');
+          expect(r.command_status).toBe('FAILED');
+          const err = r.command_error as { type: string; details: string };
+          expect(err.type).toBe('ProtectedDeviceError');
+          expect(err.details).toMatch(
+            new RegExp(`^Protected ${fs.what.replace(/[()]/g, '\\$&')} located on device ${shared.path}p1\\. `),
+          );
+          expect(err.details).toContain('No disk was erased.');
+        });
+        expect(await table(shared)).toBe(fs.table);
+        expect(await table(plain)).toMatch(/^gpt /);
+      });
+    });
+  }
+
+  it('erase_devices_express refuses a disk with a VMFS partition too', async () => {
+    await withSharedDisk(SHARED[0]!.label, async (shared, plain) => {
+      await withAgent([plain, shared], {}, async (c) => {
+        const r = await execute(c, 'erase_devices_express');
+        expect(r.command_status).toBe('FAILED');
+        expect((r.command_error as { type: string }).type).toBe('ProtectedDeviceError');
+      });
+      expect(await table(shared)).toBe(SHARED[0]!.table);
+      expect(await table(plain)).toMatch(/^gpt /);
+    });
+  });
+
+  it('erases it when the node sets driver_internal_info.wipe_special_filesystems to false', async () => {
+    await withSharedDisk(SHARED[1]!.label, async (shared, plain) => {
+      await withAgent([plain, shared], {}, async (c) => {
+        const r = await execute(c, 'erase_devices_metadata', { wipe_special_filesystems: false });
+        expect(r.command_error).toBeNull();
+        expect(r.command_status).toBe('SUCCEEDED');
+      });
+      expect(await table(shared)).toBe('');
+      expect(await table(plain)).toBe('');
+    });
+  });
+
+  it('erases it when the agent runs with ipa-guard-special-filesystems=false, whatever the node says', async () => {
+    await withSharedDisk(SHARED[0]!.label, async (shared) => {
+      await withAgent([shared], { 'ipa-guard-special-filesystems': 'false' }, async (c) => {
+        const r = await execute(c, 'erase_devices_metadata', { wipe_special_filesystems: true });
+        expect(r.command_error).toBeNull();
+        expect(r.command_status).toBe('SUCCEEDED');
+      });
+      expect(await table(shared)).toBe('');
+    });
+  });
+});
