@@ -4,27 +4,14 @@ import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { CLEAN_STEPS } from '../agent/commands/extensions/clean.ts';
 import { hardwareManagerVersions } from '../agent/disk/hardware-manager.ts';
-import { AgentClient, type CommandResult } from './helpers/agent-client.ts';
-import { startAgent } from './helpers/api-harness.ts';
+import type { AgentClient, CommandResult } from './helpers/agent-client.ts';
+import { withAgentOn } from './helpers/agent-on-disks.ts';
 import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
 
 const VMFS_GPT = 'AA31E02A-400F-11DB-9590-000C2911D1B8';
 const GPFS_GPT = '37AFFC90-EF7D-4E96-91C3-2D7AE055B174';
 
-async function withAgent<T>(
-  devs: LoopDevice[],
-  flags: Record<string, string>,
-  body: (c: AgentClient) => Promise<T>,
-): Promise<T> {
-  const running = await startAgent({ 'device-allowlist': devs.map((d) => d.path).join(','), ...flags });
-  const client = new AgentClient({ url: running.url, pollIntervalMs: 100, pollAttempts: 600 });
-  try {
-    return await body(client);
-  } finally {
-    await client.close();
-    await running.close();
-  }
-}
+const withAgent = withAgentOn;
 
 function execute(c: AgentClient, name: string, driverInternalInfo: Record<string, unknown> = {}) {
   const step = { ...CLEAN_STEPS.find((x) => x.step === name)!, requires_ramdisk: true };

@@ -7,26 +7,11 @@ import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { CLEAN_STEPS } from '../agent/commands/extensions/clean.ts';
 import { hardwareManagerVersions } from '../agent/disk/hardware-manager.ts';
-import { AgentClient, type CommandResult } from './helpers/agent-client.ts';
-import { startAgent } from './helpers/api-harness.ts';
+import type { AgentClient, CommandResult } from './helpers/agent-client.ts';
+import { withAgentOn } from './helpers/agent-on-disks.ts';
 import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
 
-async function withAgent<T>(
-  devs: LoopDevice[],
-  flags: Record<string, string>,
-  body: (c: AgentClient) => Promise<T>,
-): Promise<T> {
-  // An empty list would mean "no allow-list"; /dev/null is a device no disk matches.
-  const allow = devs.length > 0 ? devs.map((d) => d.path).join(',') : '/dev/null';
-  const running = await startAgent({ 'device-allowlist': allow, ...flags });
-  const client = new AgentClient({ url: running.url, pollIntervalMs: 100, pollAttempts: 600 });
-  try {
-    return await body(client);
-  } finally {
-    await client.close();
-    await running.close();
-  }
-}
+const withAgent = withAgentOn;
 
 function step(name: string): Record<string, unknown> {
   const s = CLEAN_STEPS.find((x) => x.step === name)!;

@@ -6,13 +6,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { BlockDevice } from '../agent/disk/block-devices.ts';
 import { eraseDisk, type LastResort } from '../agent/disk/erase-disk.ts';
 import type { EraseSettings } from '../agent/disk/erase-settings.ts';
 import { ProtectedDeviceError } from '../agent/errors.ts';
 import { nullLogger } from '../agent/log.ts';
 import { ProgressMeter } from '../agent/progress.ts';
 import { DeviceGuard } from '../agent/safety/device-guard.ts';
+import { eraseSettings, loopAsDisk } from './helpers/erase-case.ts';
 import { FAKE_HDPARM } from './helpers/fake-hdparm.ts';
 import { installFakes, type FakeTools } from './helpers/fake-tools.ts';
 import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
@@ -23,38 +23,10 @@ afterEach(async () => {
   fakes = undefined;
 });
 
-const settings = (over: Partial<EraseSettings>): EraseSettings => ({
-  nvmeSecureErase: true,
-  ataSecureErase: true,
-  continueIfSecureEraseFailed: true,
-  randomPasses: 1,
-  finalZeroPass: true,
-  concurrency: 1,
-  skipReadOnly: false,
-  discard: true,
-  ...over,
-});
+const settings = (over: Partial<EraseSettings>) => eraseSettings({ continueIfSecureEraseFailed: true, ...over });
 
 function erase(d: LoopDevice, s: EraseSettings, lastResort?: LastResort) {
-  const dev: BlockDevice = {
-    name: d.path.replace('/dev/', ''),
-    path: d.path,
-    size: d.sizeBytes,
-    model: null,
-    vendor: null,
-    serial: null,
-    wwn: null,
-    wwnWithExtension: null,
-    wwnVendorExtension: null,
-    rotational: false,
-    hctl: null,
-    byPath: null,
-    logicalSectorSize: 512,
-    physicalSectorSize: 512,
-    type: 'disk',
-    tran: null,
-    readOnly: false,
-  };
+  const dev = loopAsDisk(d);
   const services = { guard: new DeviceGuard([d.path]), log: nullLogger };
   return eraseDisk(services, dev, s, new ProgressMeter(() => {}, nullLogger), new Set([dev.name]), lastResort);
 }

@@ -5,7 +5,6 @@ import { existsSync } from 'node:fs';
 import { open, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { BlockDevice } from '../agent/disk/block-devices.ts';
 import { eraseDisk, SecureEraseFailed } from '../agent/disk/erase-disk.ts';
 import type { EraseSettings } from '../agent/disk/erase-settings.ts';
 import { nvmeSecureErase } from '../agent/disk/nvme-erase.ts';
@@ -13,6 +12,7 @@ import { ToolError } from '../agent/errors.ts';
 import { nullLogger } from '../agent/log.ts';
 import { ProgressMeter } from '../agent/progress.ts';
 import { DeviceGuard } from '../agent/safety/device-guard.ts';
+import { eraseSettings, loopAsDisk } from './helpers/erase-case.ts';
 import { installFakes, type FakeTools } from './helpers/fake-tools.ts';
 import { FAKE_NVME } from './helpers/fake-nvme.ts';
 import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
@@ -162,39 +162,8 @@ describe('nvme format', () => {
 });
 
 /** A loop device presented as an NVMe namespace: the name decides the method, the path is what is erased. */
-function asNvme(d: LoopDevice): BlockDevice {
-  return {
-    name: 'nvme0n1',
-    path: d.path,
-    size: d.sizeBytes,
-    model: null,
-    vendor: null,
-    serial: null,
-    wwn: null,
-    wwnWithExtension: null,
-    wwnVendorExtension: null,
-    rotational: false,
-    hctl: null,
-    byPath: null,
-    logicalSectorSize: 512,
-    physicalSectorSize: 512,
-    type: 'disk',
-    tran: 'nvme',
-    readOnly: false,
-  };
-}
-
-const settings = (over: Partial<EraseSettings> = {}): EraseSettings => ({
-  nvmeSecureErase: true,
-  ataSecureErase: true,
-  continueIfSecureEraseFailed: false,
-  randomPasses: 1,
-  finalZeroPass: true,
-  concurrency: 1,
-  skipReadOnly: false,
-  discard: true,
-  ...over,
-});
+const asNvme = (d: LoopDevice) => loopAsDisk(d, { name: 'nvme0n1', tran: 'nvme' });
+const settings = eraseSettings;
 
 async function fill(d: LoopDevice): Promise<void> {
   const fh = await open(d.path, 'r+');

@@ -8,8 +8,8 @@ import { execa } from 'execa';
 import { afterEach, describe, expect, it } from 'vitest';
 import { CLEAN_STEPS } from '../agent/commands/extensions/clean.ts';
 import { hardwareManagerVersions } from '../agent/disk/hardware-manager.ts';
-import { AgentClient, type CommandResult } from './helpers/agent-client.ts';
-import { startAgent } from './helpers/api-harness.ts';
+import type { AgentClient, CommandResult } from './helpers/agent-client.ts';
+import { withAgentOn } from './helpers/agent-on-disks.ts';
 import { FAKE_HDPARM } from './helpers/fake-hdparm.ts';
 import { installFakes, type FakeTools } from './helpers/fake-tools.ts';
 import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
@@ -20,20 +20,7 @@ afterEach(async () => {
   fakes = undefined;
 });
 
-async function withAgent<T>(
-  devs: LoopDevice[],
-  flags: Record<string, string>,
-  body: (c: AgentClient) => Promise<T>,
-): Promise<T> {
-  const running = await startAgent({ 'device-allowlist': devs.map((d) => d.path).join(','), ...flags });
-  const client = new AgentClient({ url: running.url, pollIntervalMs: 100, pollAttempts: 1200 });
-  try {
-    return await body(client);
-  } finally {
-    await client.close();
-    await running.close();
-  }
-}
+const withAgent = withAgentOn;
 
 const step = (name: string) => ({ ...CLEAN_STEPS.find((x) => x.step === name)!, requires_ramdisk: true });
 const params = (name: string, info: Record<string, unknown>) => ({
