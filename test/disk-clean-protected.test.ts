@@ -2,9 +2,8 @@
 // refuse a disk with a VMFS or GPFS partition (ProtectedDeviceError) unless the node or the agent turns it off.
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
-import { CLEAN_STEPS } from '../agent/commands/extensions/clean.ts';
-import { hardwareManagerVersions } from '../agent/disk/hardware-manager.ts';
-import type { AgentClient, CommandResult } from './helpers/agent-client.ts';
+import type { AgentClient } from './helpers/agent-client.ts';
+import { runCleanStep } from './helpers/clean-step.ts';
 import { withAgentOn } from './helpers/agent-on-disks.ts';
 import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
 
@@ -13,20 +12,8 @@ const GPFS_GPT = '37AFFC90-EF7D-4E96-91C3-2D7AE055B174';
 
 const withAgent = withAgentOn;
 
-function execute(c: AgentClient, name: string, driverInternalInfo: Record<string, unknown> = {}) {
-  const step = { ...CLEAN_STEPS.find((x) => x.step === name)!, requires_ramdisk: true };
-  const node = {
-    uuid: '2005a784-89ea-4482-b56a-65497029a47e',
-    properties: {},
-    instance_info: {},
-    driver_internal_info: driverInternalInfo,
-  };
-  return c.command(
-    'clean.execute_clean_step',
-    { step, node, ports: [], clean_version: hardwareManagerVersions() },
-    { poll: true },
-  ) as Promise<CommandResult>;
-}
+const execute = (c: AgentClient, name: string, driverInternalInfo: Record<string, unknown> = {}) =>
+  runCleanStep(c, name, {}, {}, driverInternalInfo);
 
 /** The partition table type and the first partition's type, as blkid reads them from the disk. */
 async function table(dev: LoopDevice): Promise<string> {

@@ -5,10 +5,8 @@
 // touched, so a protected disk fails the step up front instead of half-way through.
 import type { AgentServices } from '../services.ts';
 import { BlockDeviceEraseError, CleaningError, ProtectedDeviceError } from '../errors.ts';
-import { probeUnlessAmbivalent } from './blkid.ts';
 import { allowlistedNames, listBlockDevices, type BlockDevice } from './block-devices.ts';
-import { eraseSkipReason } from './erase-skip.ts';
-import { partitionPaths } from './partitions.ts';
+import { eraseSkipReason, identities, type Identity } from './erase-skip.ts';
 import { skipList } from './skip-list.ts';
 
 export interface CleaningTargets {
@@ -27,9 +25,8 @@ const SHARED_FILESYSTEMS: ReadonlyMap<string, string> = new Map([
 ]);
 
 /** Throws ProtectedDeviceError when the disk or one of its partitions holds a shared filesystem. */
-async function refuseSharedFilesystems(services: AgentServices, disk: string): Promise<void> {
-  for (const dev of [disk, ...(await partitionPaths(disk))]) {
-    const p = await probeUnlessAmbivalent(dev, services.log);
+function refuseSharedFilesystems(ids: readonly Identity[]): void {
+  for (const { dev, probe: p } of ids) {
     if (p === 'ambivalent') continue;
     for (const id of [p.uuid, p.ptUuid, p.partType, p.partuuid, p.fstype]) {
       const what = id && SHARED_FILESYSTEMS.get(id.toLowerCase());
@@ -72,7 +69,8 @@ export async function cleaningTargets(
       out.skipped.push({ device: dev.path, reason: 'skip_block_devices' });
       continue;
     }
-    const why = await eraseSkipReason(dev.path, services.log);
+    const ids = await identities(dev.path, services.log);
+    const why = eraseSkipReason(ids);
     if (why) {
       out.skipped.push({ device: dev.path, reason: why });
       continue;
@@ -88,7 +86,7 @@ export async function cleaningTargets(
     }
     const verdict = await services.guard.verdict(dev.path);
     if (!verdict.ok) throw new CleaningError(`Refusing to erase ${dev.path}: ${verdict.reason}`);
-    if (guardShared) await refuseSharedFilesystems(services, dev.path);
+    if (guardShared) refuseSharedFilesystems(ids);
     out.targets.push(dev);
   }
   for (const s of out.skipped) services.log.info(s, `not erasing ${s.device}: ${s.reason}`);

@@ -9,13 +9,14 @@ export function runCleanStep(
   name: string,
   args: Record<string, unknown> = {},
   driverInfo: Record<string, unknown> = {},
+  driverInternalInfo: Record<string, unknown> = {},
 ): Promise<CommandResult> {
   const step = { ...CLEAN_STEPS.find((s) => s.step === name)!, args };
   const node = {
     uuid: '2005a784-89ea-4482-b56a-65497029a47e',
     properties: {},
     instance_info: {},
-    driver_internal_info: {},
+    driver_internal_info: driverInternalInfo,
     driver_info: driverInfo,
   };
   return c.command(
