@@ -5,6 +5,7 @@
 // the reader takes from, and the download pauses (undici stops reading the socket) while the queue is full.
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from '../undici.ts';
+import { markDownloaded } from './downloaded-chunks.ts';
 
 /** A response to a GET: the status, the headers (names in lower case) and the body, read once. */
 export interface Response {
@@ -37,6 +38,7 @@ export class ResponseBody implements AsyncIterable<Buffer> {
   /** From undici: the next bytes of the body. */
   data(chunk: Buffer): void {
     if (this.error) return;
+    markDownloaded(chunk);
     if (this.waiter) {
       const { resolve } = this.waiter;
       this.waiter = null;

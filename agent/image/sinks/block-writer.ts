@@ -14,6 +14,7 @@ import { open, type FileHandle } from 'node:fs/promises';
 import { Writable } from 'node:stream';
 import { ImageWriteError, errorText } from '../../errors.ts';
 import type { DeviceGuard } from '../../safety/device-guard.ts';
+import { freeDownloaded } from '../downloaded-chunks.ts';
 
 const MiB = 1024 * 1024;
 /** One write request: large enough for full-speed sequential I/O, no larger (docs/runtime.md, "Memory on Node 24"). */
@@ -135,6 +136,7 @@ export class BlockWriter extends Writable {
       this.accepted += n;
       if (this.fill === BLOCK) this.submit(BLOCK);
     }
+    freeDownloaded(chunk);
   }
 
   /** Starts writing the current block's first `length` bytes and moves on to the next block. */

@@ -55,6 +55,8 @@ export interface SinkResult {
  *   plain image bytes for most sinks, the compressed bytes for a decoding sink (qemu-img, which reads a file
  *   itself, takes the inspected buffer file as its `Input` instead of chunks). A resumed download is spliced
  *   before it reaches the sink, so a sink never sees a resume. `write` resolves when every chunk is accepted.
+ *   A sink that copies a chunk may free it then (image/downloaded-chunks.ts): the stages before it pass on
+ *   chunks they do not keep, and copies of those they do.
  * - `finish` is called only after `write` resolved; it resolves once the bytes are durable on the target.
  * - `release` is called exactly once per opened sink, after success or failure, and is idempotent: it stops
  *   every writer and child process and resolves only when none of them can still change the target.

@@ -1,0 +1,32 @@
+// Freeing a downloaded chunk as soon as its bytes are copied. Each chunk of an image body is a view of the socket
+// read it arrived in, and V8 returns that memory only at its next young-generation collection: while an image
+// streams, several MiB of spent reads wait for it, and they set the agent's peak memory (docs/runtime.md,
+// "Memory on Node 24"). The HTTP source marks the chunks it hands out; the stage that copies them away (the block
+// writer) frees each one when it is done with it.
+//
+// Only a chunk that is the whole of its memory is freed. A view that shares its memory with something else
+// (the response's headers, bytes undici gives back to the socket, a chunk of a chunked body) is left to the
+// collector, and so is any chunk the source did not mark.
+
+const downloaded = new WeakSet<Buffer>();
+
+/** Smaller memory is not worth a call: Node's small buffers share an 8 KiB pool. */
+const SMALLEST = 16 * 1024;
+
+/** The HTTP source: `chunk` is handed to the data path and nobody else holds it. */
+export function markDownloaded(chunk: Buffer): void {
+  downloaded.add(chunk);
+}
+
+/**
+ * Frees the memory of a chunk the source marked, if the chunk is all of it. The caller has copied the bytes and
+ * is the chunk's last reader: a stage that keeps a chunk passes a copy on, never the chunk itself (image/peek.ts).
+ */
+export function freeDownloaded(chunk: Buffer): void {
+  if (!downloaded.delete(chunk)) return;
+  const memory = chunk.buffer;
+  if (!(memory instanceof ArrayBuffer) || memory.resizable || memory.byteLength < SMALLEST) return;
+  if (chunk.byteOffset !== 0 || chunk.byteLength !== memory.byteLength) return;
+  // Detaching hands the memory back to the allocator now; the next socket read reuses it.
+  memory.transfer(0);
+}
