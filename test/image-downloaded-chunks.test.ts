@@ -12,7 +12,8 @@ import { freeDownloaded, markDownloaded } from '../agent/image/downloaded-chunks
 import { get } from '../agent/image/http-body.ts';
 import { BlockWriter } from '../agent/image/sinks/block-writer.ts';
 import { workDir } from './helpers/make-image.ts';
-import { startRawHttpServer, type Behaviour } from './helpers/raw-http-server.ts';
+import { selfSignedCert, startImageServer } from './helpers/image-server.ts';
+import { startRawHttpServer } from './helpers/raw-http-server.ts';
 
 const MiB = 1024 * 1024;
 const cleanups: (() => Promise<void> | void)[] = [];
@@ -58,21 +59,20 @@ describe('freeDownloaded', () => {
 });
 
 describe('an image downloaded into the block writer', () => {
-  async function download(behaviour: Behaviour, slow: boolean) {
-    const image = randomBytes(12 * MiB + 777);
-    const server = await startRawHttpServer({ behaviour: () => behaviour });
-    cleanups.push(() => server.close());
-    const url = server.serve('image.raw', image);
+  /** Serves `image` as the test says, downloads it through the agent's dispatcher into a block writer on a file. */
+  async function download(image: Buffer, serve: (dir: string) => Promise<{ url: string; caFile?: string }>) {
+    const { dir, cleanup } = await workDir('ina-chunks-');
+    cleanups.push(cleanup);
+    const { url, caFile } = await serve(dir);
     const dispatchers = new Dispatchers({
       connectTimeoutMs: 5000,
       stallTimeoutMs: 5000,
       insecure: false,
       minTlsVersion: '1.2',
       proxies: {},
+      ...(caFile ? { caFile } : {}),
     });
     cleanups.push(() => dispatchers.close());
-    const { dir, cleanup } = await workDir('ina-chunks-');
-    cleanups.push(cleanup);
     const out = join(dir, 'image.raw');
     const writer = await BlockWriter.open(out, image.length, null);
     cleanups.push(() => writer.release());
@@ -84,7 +84,7 @@ describe('an image downloaded into the block writer', () => {
       for await (const chunk of res.body) {
         seen.push({ chunk, whole: isWhole(chunk) && chunk.length >= 16 * 1024 });
         // A reader slower than the socket: undici pauses its parser and gives bytes back to the socket.
-        if (slow && ++n % 4 === 0) await sleep(2);
+        if (++n % 4 === 0) await sleep(2);
         yield chunk;
       }
     }
@@ -93,20 +93,37 @@ describe('an image downloaded into the block writer', () => {
     return seen;
   }
 
-  for (const [behaviour, slow] of [
-    ['close', false],
-    ['close', true],
-    ['keep-alive', true],
-  ] as const) {
-    it(`writes every byte and frees the socket reads it copied (${behaviour}, ${slow ? 'slow' : 'fast'} reader)`, async () => {
-      const seen = await download(behaviour, slow);
-      const gone = seen.filter((s) => freed(s.chunk));
+  /** Only chunks that own their memory are freed, and all of those. */
+  function freedExactlyTheWholeOnes(seen: { chunk: Buffer; whole: boolean }[]): number {
+    const gone = seen.filter((s) => freed(s.chunk));
+    expect(gone.every((s) => s.whole)).toBe(true);
+    expect(seen.filter((s) => s.whole).every((s) => freed(s.chunk))).toBe(true);
+    return gone.length;
+  }
+
+  for (const behaviour of ['close', 'keep-alive'] as const) {
+    it(`writes every byte and frees the socket reads it copied (HTTP, ${behaviour})`, async () => {
+      const image = randomBytes(12 * MiB + 777);
+      const seen = await download(image, async () => {
+        const server = await startRawHttpServer({ behaviour: () => behaviour });
+        cleanups.push(() => server.close());
+        return { url: server.serve('image.raw', image) };
+      });
       // Node hands each socket read over as memory of its own: most of a 12 MiB body is freed at once.
-      expect(gone.length).toBeGreaterThan(seen.length / 2);
-      // Exactly those chunks: none that shared its memory (the first, with the response's headers, among them).
-      expect(gone.every((s) => s.whole)).toBe(true);
-      expect(seen.filter((s) => s.whole).every((s) => freed(s.chunk))).toBe(true);
+      expect(freedExactlyTheWholeOnes(seen)).toBeGreaterThan(seen.length / 2);
+      // The first chunk shares its read with the response's headers.
       expect(seen[0]!.whole).toBe(false);
     });
   }
+
+  it('writes every byte over HTTPS, freeing only chunks that own their memory', async () => {
+    const image = randomBytes(6 * MiB + 5);
+    const seen = await download(image, async (dir) => {
+      const { key, cert, certFile } = await selfSignedCert(dir);
+      const server = await startImageServer({ tls: { key, cert } });
+      cleanups.push(() => server.close());
+      return { url: server.serve('image.raw', image), caFile: certFile };
+    });
+    freedExactlyTheWholeOnes(seen);
+  });
 });
