@@ -34,12 +34,16 @@ async function mark(d: LoopDevice): Promise<void> {
   }
 }
 
+/**
+ * Whether most of the first or last 4 MiB still holds the mark. The read-back's canaries, planted before each
+ * method, take the outer MiB and perhaps a 64 KiB region or two; an overwrite that wrote there took all of it.
+ */
 async function marked(d: LoopDevice, at: 'head' | 'tail'): Promise<boolean> {
   const fh = await open(d.path, 'r');
   try {
     const buf = Buffer.alloc(MARK);
     await fh.read(buf, 0, MARK, at === 'head' ? 0 : d.sizeBytes - MARK);
-    return buf.every((b) => b === 0xa5);
+    return buf.reduce((n, b) => n + (b === 0xa5 ? 1 : 0), 0) >= MARK / 2;
   } finally {
     await fh.close();
   }

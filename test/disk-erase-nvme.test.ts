@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { eraseDisk, SecureEraseFailed } from '../agent/disk/erase-disk.ts';
 import type { EraseSettings } from '../agent/disk/erase-settings.ts';
+import { samplePlan } from '../agent/disk/erase-verify.ts';
 import { nvmeSecureErase } from '../agent/disk/nvme-erase.ts';
 import { ToolError } from '../agent/errors.ts';
 import { nullLogger } from '../agent/log.ts';
@@ -199,16 +200,31 @@ describe('NVMe erase of a disk, judged by the read-back', () => {
       await controller({ oacs: 2, fna: 0 }, { format: 'noop' });
       const err = await erase(d!, settings()).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(SecureEraseFailed);
-      expect(String((err as Error).message)).toMatch(
+      const message = String((err as Error).message);
+      expect(message).toMatch(
         /falling back to overwriting is not enabled.*nvme user-data erase of \/dev\/loop\d+ left data behind: the data at byte \d+ is unchanged \(seed \d+\)/,
       );
-      expect((await readFile(d!.path)).every((b) => b === 0x5a)).toBe(true);
+      // Nothing was erased: the disk holds its data but for the canaries planted in the sampled regions.
+      const { regions } = samplePlan(d!.sizeBytes, Number(/\(seed (\d+)\)/.exec(message)![1]));
+      const data = await readFile(d!.path);
+      const sampled = (at: number) => regions.some((r) => at >= r.offset && at < r.offset + r.length);
+      expect(data.every((b, at) => b === 0x5a || sampled(at))).toBe(true);
+      expect(data.subarray(0, MiB).includes(0x5a)).toBe(true);
 
       const r = await erase(d!, settings({ continueIfSecureEraseFailed: true }));
       expect(r.attempts[0]!.method).toBe('secure erase');
       expect(r.attempts[0]!.error).toMatch(/left data behind/);
       expect(['secure discard', 'discard']).toContain(r.method);
       expect((await readFile(d!.path)).every((b) => b === 0)).toBe(true);
+    });
+  });
+
+  it('a format that did nothing is caught on an empty disk too (the canaries, not zeros, are what it must erase)', async () => {
+    await withLoops([8 * MiB], async ([d]) => {
+      await controller({ oacs: 2, fna: 0 }, { format: 'noop' });
+      const err = await erase(d!, settings()).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(SecureEraseFailed);
+      expect(String((err as Error).message)).toMatch(/nvme user-data erase of \/dev\/loop\d+ left data behind/);
     });
   });
 

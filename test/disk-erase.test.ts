@@ -75,6 +75,21 @@ describe('erase_devices on loop devices', () => {
     });
   });
 
+  it('a discard that did nothing is caught on an empty disk too (the canaries, not zeros, are what it must erase)', async () => {
+    await withLoops([8 * MiB], async ([d]) => {
+      fakes = await installFakes({ blkdiscard: LYING_BLKDISCARD });
+      await withAgent([d!], {}, async (c) => {
+        const r = await execute(c);
+        expect(r.command_error).toBeNull();
+        const disk = resultOf(r)[d!.path];
+        expect(disk).toMatchObject({ method: 'overwrite', verification: { ok: true, expect: 'zeros' } });
+        expect(disk.attempts[1]).toMatchObject({ method: 'secure discard' });
+        expect(disk.attempts[1].error).toMatch(/read-back found non-zero data at byte \d+ \(seed \d+\)/);
+      });
+      expect((await readFile(d!.path)).every((b) => b === 0)).toBe(true);
+    });
+  });
+
   it('shred passes as the node sets them: two random passes, then zeros', async () => {
     await withLoops([8 * MiB], async ([d]) => {
       await fill(d!);

@@ -65,6 +65,8 @@ export interface AtaOptions {
    * limit without one, as in IPA: killing hdparm does not stop the drive, which goes on erasing, locked.
    */
   eraseTimeoutMs?: number;
+  /** Runs once every check has passed, just before the erase is set up (the read-back's canaries). */
+  beforeErase?: () => Promise<void>;
 }
 
 async function security(disk: string, log?: Logger): Promise<AtaSecurity | null> {
@@ -136,6 +138,7 @@ export async function ataSecureErase(disk: string, opts: AtaOptions = {}): Promi
   const bound = minutes !== null ? (2 * minutes + 10) * 60_000 : 0;
   // A timer holds at most 2^31 - 1 ms (about 24.8 days); a longer estimate bounds nothing we can enforce.
   const timeoutMs = opts.eraseTimeoutMs ?? (bound < 2 ** 31 ? bound : 0);
+  await opts.beforeErase?.();
   let failure: unknown = null;
   try {
     if (!state.enabled) {

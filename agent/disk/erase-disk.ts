@@ -2,7 +2,7 @@
 // erase where the controller offers it), other disks an ATA security erase where the drive supports one;
 // when that is off, unsupported, or failed and the node allows falling back, a discard (counted only if
 // the read-back finds zeros), else overwrite passes (IPA's shred: N random passes, then zeros). After every
-// method the sampled read-back of erase-verify.ts decides whether it counts.
+// method the sampled read-back of erase-verify.ts decides whether it counts, against canaries planted just before.
 import { randomInt } from 'node:crypto';
 import type { AgentServices } from '../services.ts';
 import { BlockDeviceEraseError, errorText } from '../errors.ts';
@@ -11,7 +11,7 @@ import type { ProgressMeter } from '../progress.ts';
 import { ataSecureErase } from './ata-erase.ts';
 import type { BlockDevice } from './block-devices.ts';
 import type { EraseSettings } from './erase-settings.ts';
-import { judge, readSamples, samplePlan, type Expectation, type Verification } from './erase-verify.ts';
+import { judge, plantCanaries, readSamples, samplePlan, type Expectation, type Verification } from './erase-verify.ts';
 import { nvmeController, nvmeSecureErase } from './nvme-erase.ts';
 import { overwriteDevice } from './overwrite.ts';
 import { eraseMetadata } from './erase.ts';
@@ -74,13 +74,17 @@ export async function eraseDisk(
   const seed = randomInt(2 ** 31);
   const plan = samplePlan(dev.size, seed);
   log.info({ seed, regions: plan.regions.length }, `read-back samples of ${disk} drawn with seed ${seed}`);
-  meter.start('sampling', null, { device: disk });
-  const before = await readSamples(disk, plan, log);
   const attempts: DiskErased['attempts'] = [];
 
+  let canaries: Buffer[] | null = null;
+  const plant = async (): Promise<void> => {
+    meter.start('canaries', null, { device: disk });
+    canaries = await plantCanaries(disk, plan);
+  };
   const verify = async (method: string, expect: Expectation): Promise<Verification> => {
+    if (!canaries) throw new Error(`internal: ${method} of ${disk} ran before the read-back's canaries`);
     meter.start('verifying', null, { device: disk, method });
-    const v = judge(plan, before, await readSamples(disk, plan, log), expect);
+    const v = judge(plan, canaries, await readSamples(disk, plan, log), expect);
     log.info(
       { method, ...v },
       v.ok ? `${method} verified on ${disk}` : `${method} did not erase ${disk}: ${v.failure}`,
@@ -106,7 +110,7 @@ export async function eraseDisk(
     if (nvme && settings.nvmeSecureErase) {
       await guard('run an NVMe format on');
       meter.start('nvme format', null, { device: disk });
-      const method = await nvmeSecureErase(disk, dev.name, { log, erasing });
+      const method = await nvmeSecureErase(disk, dev.name, { log, erasing, beforeFormat: plant });
       const v = await verify(method, 'changed');
       if (!v.ok) throw new BlockDeviceEraseError(`${method} of ${disk} left data behind: ${v.failure} (seed ${seed})`);
       return done(method, v);
@@ -114,7 +118,7 @@ export async function eraseDisk(
     if (!nvme && settings.ataSecureErase) {
       await guard('run an ATA security erase on');
       meter.start('ata security erase', null, { device: disk });
-      const outcome = await ataSecureErase(disk, { log });
+      const outcome = await ataSecureErase(disk, { log, beforeErase: plant });
       if (!outcome.erased) {
         log.info({ reason: outcome.reason }, `no ATA security erase for ${disk}: ${outcome.reason}`);
         attempts.push({ method: 'ata security erase', error: outcome.reason });
@@ -149,6 +153,7 @@ export async function eraseDisk(
       ['discard', [disk]],
     ] as const) {
       await guard(`run a ${method} on`);
+      await plant();
       meter.start(method, null, { device: disk });
       try {
         await run('blkdiscard', args, { log, timeoutMs: 0, signal });
@@ -180,6 +185,7 @@ export async function eraseDisk(
   const passes = settings.randomPasses + (zero ? 1 : 0);
   let pass = 0;
   await guard('overwrite');
+  await plant();
   try {
     await overwriteDevice(
       disk,

@@ -1,8 +1,10 @@
-// Reading an erased disk back. The same sample regions are read before the first method and after each
-// one: the first and last MiB and 16 regions of 64 KiB at offsets drawn from a seeded generator (the seed
-// is logged and reported, so a check can be repeated). A method that promises zeros must leave every
-// sampled byte zero; one that leaves unpredictable data (crypto erase, a random last pass) must leave no
-// 4 KiB block that is non-zero and the same as before: that would be the old tenant's data.
+// Reading an erased disk back. Before each method runs, the sample regions are overwritten with random bytes
+// (canaries), and read back after it: the first and last MiB and 16 regions of 64 KiB at offsets drawn from a
+// seeded generator (the seed is logged and reported, so a check can be repeated). A method that promises zeros
+// must leave every sampled byte zero; one that leaves unpredictable data (crypto erase, a random last pass) must
+// leave no 4 KiB block that is non-zero and still the canary. Without canaries, a method that did nothing would
+// pass wherever the samples held zeros already (a mostly empty disk); with them it cannot (docs/erase.md).
+import { randomFillSync } from 'node:crypto';
 import { open } from 'node:fs/promises';
 import type { Logger } from '../log.ts';
 import { run } from '../exec.ts';
@@ -73,9 +75,32 @@ export async function readSamples(disk: string, plan: SamplePlan, log?: Logger):
   }
 }
 
+/**
+ * Writes random bytes over every sample region and makes them durable; returns them, for `judge`. Called only
+ * right before a method runs: a step that stops before any method leaves the disk as it was.
+ */
+export async function plantCanaries(disk: string, plan: SamplePlan): Promise<Buffer[]> {
+  const fh = await open(disk, 'r+');
+  try {
+    const out: Buffer[] = [];
+    for (const r of plan.regions) {
+      const canary = randomFillSync(Buffer.alloc(r.length));
+      const { bytesWritten } = await fh.write(canary, 0, r.length, r.offset);
+      if (bytesWritten !== r.length)
+        throw new Error(`short write to ${disk} at ${r.offset}: ${bytesWritten} of ${r.length} bytes`);
+      out.push(canary);
+    }
+    await fh.datasync();
+    return out;
+  } finally {
+    await fh.close();
+  }
+}
+
 const allZero = (b: Buffer): boolean => b.every((x) => x === 0);
 
-export function judge(plan: SamplePlan, before: Buffer[], after: Buffer[], expect: Expectation): Verification {
+/** Judges the samples read after a method against the canaries planted before it. */
+export function judge(plan: SamplePlan, canaries: Buffer[], after: Buffer[], expect: Expectation): Verification {
   let failure: string | null = null;
   let bytes = 0;
   plan.regions.forEach((r, i) => {
@@ -85,7 +110,7 @@ export function judge(plan: SamplePlan, before: Buffer[], after: Buffer[], expec
       const block = now.subarray(at, at + BLOCK);
       if (allZero(block)) continue;
       if (expect === 'zeros') failure = `non-zero data at byte ${r.offset + at}`;
-      else if (block.equals(before[i]!.subarray(at, at + BLOCK)))
+      else if (block.equals(canaries[i]!.subarray(at, at + BLOCK)))
         failure = `the data at byte ${r.offset + at} is unchanged`;
     }
   });

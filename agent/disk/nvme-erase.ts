@@ -84,6 +84,8 @@ export interface NvmeOptions {
   erasing: ReadonlySet<string>;
   /** Where sysfs is (tests give a tree of their own). */
   sys?: string;
+  /** Runs once every check has passed, just before the format (the read-back's canaries). */
+  beforeFormat?: () => Promise<void>;
 }
 
 export async function nvmeSecureErase(disk: string, name: string, opts: NvmeOptions): Promise<NvmeMethod> {
@@ -109,6 +111,7 @@ export async function nvmeSecureErase(disk: string, name: string, opts: NvmeOpti
     }
   }
   const ses = crypto ? 2 : 1;
+  await opts.beforeFormat?.();
   log?.info({ disk, ses, oacs: id.oacs, fna: id.fna, sanicap: id.sanicap }, 'NVMe format started');
   try {
     await run('nvme', ['format', disk, '-s', String(ses), '-f'], { log, timeoutMs: 24 * 3600_000 });
