@@ -58,6 +58,19 @@ describe('freeDownloaded', () => {
   });
 });
 
+describe('the block writer and freed chunks', () => {
+  it('refuses a chunk freed before it arrived (its bytes would be lost without a word)', async () => {
+    const { dir, cleanup } = await workDir('ina-chunks-');
+    cleanups.push(cleanup);
+    const chunk = wholeChunk(64 * 1024);
+    markDownloaded(chunk);
+    freeDownloaded(chunk);
+    const writer = await BlockWriter.open(join(dir, 'image.raw'), MiB, null);
+    cleanups.push(() => writer.release());
+    await expect(pipeline([chunk], writer)).rejects.toThrow('a downloaded chunk was freed before it was written');
+  });
+});
+
 describe('an image downloaded into the block writer', () => {
   /** Serves `image` as the test says, downloads it through the agent's dispatcher into a block writer on a file. */
   async function download(image: Buffer, serve: (dir: string) => Promise<{ url: string; caFile?: string }>) {

@@ -10,7 +10,7 @@
 
 const downloaded = new WeakSet<Buffer>();
 
-/** Smaller memory is not worth a call: Node's small buffers share an 8 KiB pool. */
+/** Smaller memory is not worth the call (and a slice of Node's shared buffer pool never covers all of it anyway). */
 const SMALLEST = 16 * 1024;
 
 /** The HTTP source: `chunk` is handed to the data path and nobody else holds it. */

@@ -120,6 +120,9 @@ export class BlockWriter extends Writable {
 
   private async accept(chunk: Buffer): Promise<void> {
     if (this.failure) throw this.failure;
+    // A chunk freed before it got here (downloaded-chunks.ts) reads as empty: fail rather than lose its bytes.
+    if (chunk.buffer instanceof ArrayBuffer && chunk.buffer.detached)
+      throw new ImageWriteError('internal: a downloaded chunk was freed before it was written');
     if (this.accepted + chunk.length > this.limit) {
       throw new ImageWriteError(`the image is larger than the ${this.limit} bytes ${this.target.path} can hold`, {
         tooLarge: true,
