@@ -22,6 +22,7 @@ import { execa } from 'execa';
 import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from '../test/helpers/loop.ts';
 import { startImageServer, type ImageServer } from '../test/helpers/image-server.ts';
 import { compress, toQcow2, workDir } from '../test/helpers/make-image.ts';
+import { shippedLaunch, type Launch } from './lib/shipped-launch.ts';
 import { standaloneArgs } from './lib/standalone-args.ts';
 
 const root = new URL('..', import.meta.url).pathname;
@@ -162,19 +163,16 @@ async function bundleAgent(dir: string, tree = root, target = 'node24'): Promise
 interface AgentBuild {
   node: string;
   bundle: string;
-  launch: { flags: string[]; env: Record<string, string> };
+  launch: Launch;
 }
 let current: AgentBuild;
 let before: AgentBuild | undefined;
 
-/** How the ramdisk starts the agent (node flags, environment), so that the benchmark measures what ships. */
-async function shippedLaunch(tree = root): Promise<{ flags: string[]; env: Record<string, string> }> {
-  const script = await readFile(join(tree, 'image-build/rootfs/usr/lib/ina/run-agent'), 'utf8');
-  const flags = /^NODE_FLAGS='([^']*)'/m.exec(script);
-  if (!flags) throw new Error('image-build/rootfs/usr/lib/ina/run-agent no longer sets NODE_FLAGS');
-  const env = Object.fromEntries([...script.matchAll(/^export (\w+)=(\S+)$/gm)].map((m) => [m[1]!, m[2]!]));
-  const chosen = process.env.BENCH_NODE_FLAGS ?? flags[1]!;
-  return { flags: chosen.split(' ').filter(Boolean), env };
+/** How the ramdisk starts the agent, with BENCH_NODE_FLAGS in place of its node flags when set. */
+async function launchOf(tree = root): Promise<Launch> {
+  const shipped = await shippedLaunch(tree);
+  const chosen = process.env.BENCH_NODE_FLAGS;
+  return chosen === undefined ? shipped : { ...shipped, flags: chosen.split(' ').filter(Boolean) };
 }
 
 /** Bytes the files in `dir` take (their blocks: a sparse file counts what it holds). */
@@ -327,7 +325,7 @@ async function main(): Promise<void> {
     current = {
       node: process.execPath,
       bundle: await bundleAgent(join(work.dir, 'after')),
-      launch: await shippedLaunch(),
+      launch: await launchOf(),
     };
     const beforeTree = process.env.BENCH_BEFORE;
     if (beforeTree) {
@@ -336,7 +334,7 @@ async function main(): Promise<void> {
       before = {
         node,
         bundle: await bundleAgent(join(work.dir, 'before'), beforeTree, `node${nodeMajor.slice(1).split('.')[0]}`),
-        launch: await shippedLaunch(beforeTree),
+        launch: await launchOf(beforeTree),
       };
       console.log(
         `Before: ${beforeTree} at ${(await execa('git', ['-C', beforeTree, 'rev-parse', '--short', 'HEAD'])).stdout} on Node ${nodeMajor}; after: this tree on Node ${process.version}`,

@@ -19,6 +19,7 @@ import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from '../test/helpe
 import { compress, makeDiskImage, toQcow2, workDir } from '../test/helpers/make-image.ts';
 import { startRawHttpServer, type Behaviour } from '../test/helpers/raw-http-server.ts';
 import { seededRandom } from '../agent/seeded-random.ts';
+import { shippedLaunch } from './lib/shipped-launch.ts';
 
 const DEPLOYS = Number(process.env.SOAK_DEPLOYS ?? 300);
 const SEED = Number(process.env.SOAK_SEED ?? 17);
@@ -274,7 +275,11 @@ async function main(): Promise<void> {
     };
 
     loop = await attachLoop(5 * GiB);
+    // With the ramdisk's node flags and environment: its memory is what the RSS check is about.
+    const launch = await shippedLaunch(join(import.meta.dirname, '..'));
     agent = await startAgentChild(loop.path, {
+      nodeArgs: launch.flags,
+      env: launch.env,
       flags: {
         'ipa-image-buffer-dir': bufferDir,
         'ipa-image-download-connection-timeout': '1',
