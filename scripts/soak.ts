@@ -42,12 +42,37 @@ interface Resources {
 }
 
 /**
- * The figures once the agent has been idle long enough for V8's memory reducer to collect (it starts 8 s after
- * activity stops): both samples compare what is kept, not garbage a hostile request left a moment before.
+ * The figures once V8 has collected everything the agent no longer holds: a full collection asked through the
+ * agent's inspector (loopback only), then a moment for the freed pages to go. Without it the RSS samples
+ * compared how much garbage happened to wait for a collection at each point (docs/runtime.md, "Soak").
  */
-async function settledResources(pid: number, bufferDir: string): Promise<Resources> {
-  await new Promise((r) => setTimeout(r, 12_000));
-  return resources(pid, bufferDir);
+async function settledResources(agent: AgentChild, bufferDir: string): Promise<Resources> {
+  await collectGarbage(agent);
+  await new Promise((r) => setTimeout(r, 2_000));
+  return resources(agent.pid, bufferDir);
+}
+
+async function collectGarbage(agent: AgentChild): Promise<void> {
+  const url = agent.output.map((l) => /Debugger listening on (ws:\/\/\S+)/.exec(l)?.[1]).find(Boolean);
+  if (!url) throw new Error('the agent did not start its inspector (--inspect)');
+  const ws = new WebSocket(url);
+  try {
+    await new Promise((resolve, reject) => {
+      ws.onopen = resolve;
+      ws.onerror = () => reject(new Error(`cannot reach the agent's inspector at ${url}`));
+    });
+    for (let id = 1; id <= 2; id++) {
+      const answered = new Promise((resolve) => {
+        ws.onmessage = (m) => {
+          if ((JSON.parse(String(m.data)) as { id?: number }).id === id) resolve(undefined);
+        };
+      });
+      ws.send(JSON.stringify({ id, method: 'HeapProfiler.collectGarbage' }));
+      await answered;
+    }
+  } finally {
+    ws.close();
+  }
 }
 
 async function resources(pid: number, bufferDir: string): Promise<Resources> {
@@ -278,7 +303,7 @@ async function main(): Promise<void> {
     // With the ramdisk's node flags and environment: its memory is what the RSS check is about.
     const launch = await shippedLaunch(join(import.meta.dirname, '..'));
     agent = await startAgentChild(loop.path, {
-      nodeArgs: launch.flags,
+      nodeArgs: [...launch.flags, '--inspect=127.0.0.1:0'],
       env: launch.env,
       flags: {
         'ipa-image-buffer-dir': bufferDir,
@@ -338,12 +363,12 @@ async function main(): Promise<void> {
         break;
       }
       if (done === Math.min(10, DEPLOYS)) {
-        first = await settledResources(agent.pid, bufferDir);
+        first = await settledResources(agent, bufferDir);
         console.log(`soak: after ${done} deploys: ${show(first)}`);
       }
     }
     if (agent.alive()) {
-      last = await settledResources(agent.pid, bufferDir);
+      last = await settledResources(agent, bufferDir);
       console.log(`soak: after ${done} deploys: ${show(last)}`);
       if (last.children > 0) {
         for (const p of await readdir('/proc')) {
