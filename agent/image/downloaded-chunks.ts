@@ -5,7 +5,7 @@
 // writer) frees each one when it is done with it.
 //
 // Only a chunk that is the whole of its memory is freed. A view that shares its memory with something else
-// (the response's headers, bytes undici gives back to the socket, a chunk of a chunked body) is left to the
+// (the response's headers, bytes undici gives back to the socket, a chunked body's framing) is left to the
 // collector, and so is any chunk the source did not mark.
 
 const downloaded = new WeakSet<Buffer>();
