@@ -9,7 +9,7 @@ import { eraseDisk, SecureEraseFailed } from '../agent/disk/erase-disk.ts';
 import type { EraseSettings } from '../agent/disk/erase-settings.ts';
 import { samplePlan } from '../agent/disk/erase-verify.ts';
 import { nvmeSecureErase } from '../agent/disk/nvme-erase.ts';
-import { ToolError } from '../agent/errors.ts';
+import { ProtectedDeviceError, ToolError } from '../agent/errors.ts';
 import { nullLogger } from '../agent/log.ts';
 import { ProgressMeter } from '../agent/progress.ts';
 import { DeviceGuard } from '../agent/safety/device-guard.ts';
@@ -225,6 +225,36 @@ describe('NVMe erase of a disk, judged by the read-back', () => {
       const err = await erase(d!, settings()).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(SecureEraseFailed);
       expect(String((err as Error).message)).toMatch(/nvme user-data erase of \/dev\/loop\d+ left data behind/);
+    });
+  });
+
+  it('a disk mounted while the drive is identified gets neither canaries nor a format (the guard is asked again)', async () => {
+    await withLoops([8 * MiB], async ([d]) => {
+      await fill(d!);
+      const f = await controller({ oacs: 2, fna: 4 }, { format: 'zero' });
+      const mountinfo = join(f.dir, 'mountinfo');
+      await writeFile(mountinfo, await readFile('/proc/self/mountinfo'));
+      await writeFile(join(f.dir, 'behaviour.json'), JSON.stringify({ format: 'zero', mountOnIdentify: mountinfo }));
+      const guard = new DeviceGuard([d!.path], {
+        mountinfo,
+        swaps: '/proc/swaps',
+        sysClassBlock: '/sys/class/block',
+        sysDevBlock: '/sys/dev/block',
+      });
+      const meter = new ProgressMeter(() => {}, nullLogger);
+      const err = await eraseDisk(
+        { guard, log: nullLogger },
+        asNvme(d!),
+        settings(),
+        meter,
+        new Set(['nvme0n1']),
+      ).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ProtectedDeviceError);
+      expect(String((err as Error).message)).toMatch(
+        /^refusing to run an NVMe format on \/dev\/loop\d+: .*mounted at \/mnt\/ina-guard-test/,
+      );
+      expect(await f.calls('nvme')).toEqual([['id-ctrl', d!.path, '-o', 'json']]);
+      expect((await readFile(d!.path)).every((b) => b === 0x5a)).toBe(true);
     });
   });
 

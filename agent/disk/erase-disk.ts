@@ -77,7 +77,10 @@ export async function eraseDisk(
   const attempts: DiskErased['attempts'] = [];
 
   let canaries: Buffer[] | null = null;
-  const plant = async (): Promise<void> => {
+  // Asked again here, not only before the method's checks: identifying a drive takes seconds, and the canaries
+  // are the step's first write.
+  const plant = async (purpose: string): Promise<void> => {
+    await guard(purpose);
     meter.start('canaries', null, { device: disk });
     canaries = await plantCanaries(disk, plan);
   };
@@ -110,7 +113,11 @@ export async function eraseDisk(
     if (nvme && settings.nvmeSecureErase) {
       await guard('run an NVMe format on');
       meter.start('nvme format', null, { device: disk });
-      const method = await nvmeSecureErase(disk, dev.name, { log, erasing, beforeFormat: plant });
+      const method = await nvmeSecureErase(disk, dev.name, {
+        log,
+        erasing,
+        beforeFormat: () => plant('run an NVMe format on'),
+      });
       const v = await verify(method, 'changed');
       if (!v.ok) throw new BlockDeviceEraseError(`${method} of ${disk} left data behind: ${v.failure} (seed ${seed})`);
       return done(method, v);
@@ -118,7 +125,7 @@ export async function eraseDisk(
     if (!nvme && settings.ataSecureErase) {
       await guard('run an ATA security erase on');
       meter.start('ata security erase', null, { device: disk });
-      const outcome = await ataSecureErase(disk, { log, beforeErase: plant });
+      const outcome = await ataSecureErase(disk, { log, beforeErase: () => plant('run an ATA security erase on') });
       if (!outcome.erased) {
         log.info({ reason: outcome.reason }, `no ATA security erase for ${disk}: ${outcome.reason}`);
         attempts.push({ method: 'ata security erase', error: outcome.reason });
@@ -152,8 +159,7 @@ export async function eraseDisk(
       ['secure discard', ['-s', disk]],
       ['discard', [disk]],
     ] as const) {
-      await guard(`run a ${method} on`);
-      await plant();
+      await plant(`run a ${method} on`);
       meter.start(method, null, { device: disk });
       try {
         await run('blkdiscard', args, { log, timeoutMs: 0, signal });
@@ -184,8 +190,7 @@ export async function eraseDisk(
   const zero = settings.finalZeroPass || settings.randomPasses === 0;
   const passes = settings.randomPasses + (zero ? 1 : 0);
   let pass = 0;
-  await guard('overwrite');
-  await plant();
+  await plant('overwrite');
   try {
     await overwriteDevice(
       disk,

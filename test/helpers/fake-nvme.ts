@@ -1,10 +1,16 @@
 // A fake nvme-cli: `id-ctrl` prints `id-ctrl.json` from the state folder; `format` does what
 // `behaviour.json` says: `zero` the device node it was given (a test's loop device), leave it as it is
-// (`noop`, a format that erased nothing), or `fail`.
+// (`noop`, a format that erased nothing), or `fail`. With `mountOnIdentify` (a mount table file), `id-ctrl` adds
+// a mount of the device to it, as if something mounted the disk while the drive was being identified.
 export const FAKE_NVME = String.raw`
 const b = fs.existsSync(state + '/behaviour.json') ? JSON.parse(fs.readFileSync(state + '/behaviour.json', 'utf8')) : {};
 if (args[0] === 'id-ctrl') {
   if (b.idFails) { process.stderr.write('NVMe status: Invalid Field in Command\n'); process.exit(1); }
+  if (b.mountOnIdentify) {
+    const rdev = fs.statSync(args[1]).rdev;
+    const majMin = ((rdev >> 8) & 0xfff) + ':' + ((rdev & 0xff) | ((rdev >> 12) & 0xfff00));
+    fs.appendFileSync(b.mountOnIdentify, '999 1 ' + majMin + ' / /mnt/ina-guard-test rw - ext4 ' + args[1] + ' rw\n');
+  }
   process.stdout.write(fs.readFileSync(state + '/id-ctrl.json', 'utf8'));
   process.exit(0);
 }
