@@ -159,8 +159,12 @@ export class BlockDeviceError extends AgentError {
 export class BlockDeviceEraseError extends AgentError {
   static override summary = 'Error erasing block device';
 }
-export class ProtectedDeviceError extends AgentError {
+/** IPA's is a CleaningError whose `message` is its details (which device, and why), not a class summary. */
+export class ProtectedDeviceError extends CleaningError {
   static override summary = 'Refusing to touch a protected device';
+  override get summary(): string {
+    return this.details;
+  }
 }
 export class SystemRebootError extends AgentError {
   static override summary = 'Error rebooting system';

@@ -56,8 +56,10 @@ describe('shared filesystems (guard_special_filesystems)', () => {
         await withAgent([plain, shared], {}, async (c) => {
           const r = await execute(c, 'erase_devices_metadata');
           expect(r.command_status).toBe('FAILED');
-          const err = r.command_error as { type: string; details: string };
+          const err = r.command_error as { type: string; message: string; details: string };
           expect(err.type).toBe('ProtectedDeviceError');
+          // As IPA's: the message is the details, not a class summary.
+          expect(err.message).toBe(err.details);
           expect(err.details).toMatch(
             new RegExp(`^Protected ${fs.what.replace(/[()]/g, '\\$&')} located on device ${shared.path}p1\\. `),
           );
