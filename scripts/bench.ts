@@ -11,6 +11,8 @@
 // BENCH_BEFORE_NODE (default /usr/bin/node, the host's), on the same images in the same repetitions.
 // BENCH_NODE_FLAGS replaces the node flags the ramdisk starts the agent with (image-build's run-agent), to
 // measure what they cost or save, e.g. BENCH_NODE_FLAGS='' or '--max-semi-space-size=1'.
+// BENCH_SERVER=nginx serves the images with Debian's nginx (sendfile, scripts/lib/nginx-files.ts) instead of the
+// test helper's Node server in this process, which shares the two cores with the agent it measures.
 // Not a test: no pass/fail.
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
@@ -22,6 +24,7 @@ import { execa } from 'execa';
 import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from '../test/helpers/loop.ts';
 import { startImageServer, type ImageServer } from '../test/helpers/image-server.ts';
 import { compress, toQcow2, workDir } from '../test/helpers/make-image.ts';
+import { startNginx, type FileServer } from './lib/nginx-files.ts';
 import { shippedLaunch, type Launch } from './lib/shipped-launch.ts';
 import { standaloneArgs } from './lib/standalone-args.ts';
 
@@ -301,7 +304,7 @@ async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error('the benchmark attaches and writes a loop device: run it as root');
   const work = await workDir('ina-bench-');
   let loop: LoopDevice | undefined;
-  let server: ImageServer | undefined;
+  let server: ImageServer | FileServer | undefined;
   let bufferDir = '';
   try {
     console.log(
@@ -346,12 +349,24 @@ async function main(): Promise<void> {
     // Direct I/O to the backing file, as a real disk behaves: otherwise dd's O_DIRECT writes stop in the
     // backing file's page cache while the agent's final fdatasync pays for the real writes.
     await execa('losetup', ['--direct-io=on', loop.path]);
-    server = await startImageServer();
+    let serve: (name: string, path: string) => Promise<string>;
+    if (process.env.BENCH_SERVER === 'nginx') {
+      const files = await startNginx(work.dir);
+      server = files;
+      serve = async (_name, path) => files.urlOf(path);
+    } else {
+      const helper = await startImageServer();
+      server = helper;
+      serve = (name, path) => helper.serveFile(name, path);
+    }
+    console.log(
+      `Image server: ${process.env.BENCH_SERVER === 'nginx' ? 'nginx (sendfile)' : 'the test helper (Node, in this process)'}`,
+    );
     const urls = {
-      raw: await server.serveFile('bench.raw', raw),
-      gz: await server.serveFile('bench.raw.gz', gz),
-      zst: await server.serveFile('bench.raw.zst', zst),
-      qcow2: await server.serveFile('bench.qcow2', qcow2),
+      raw: await serve('bench.raw', raw),
+      gz: await serve('bench.raw.gz', gz),
+      zst: await serve('bench.raw.zst', zst),
+      qcow2: await serve('bench.qcow2', qcow2),
     };
     const dev = loop.path;
     // The ramdisk buffers images in RAM (tmpfs); the agent and the baseline both do so here too.

@@ -21,6 +21,8 @@ declare -A tools=(
   # The ramdisk's IPv6 client, tested against dnsmasq's DHCPv6 in a network namespace (neither starts a service).
   [dhcpcd]=dhcpcd-base [dnsmasq]=dnsmasq-base
 )
+# The bench's other image server (BENCH_SERVER=nginx, scripts/bench.ts); nginx-light starts no service here.
+[ "${BENCH_SERVER:-}" = nginx ] && tools+=([nginx]=nginx-light)
 # file -> Debian package, for packages that bring no command
 declare -A files=([/usr/include/stdlib.h]=libc6-dev)
 if [ "${1:-}" = vm ]; then
