@@ -98,6 +98,20 @@ describe('ATA security erase', () => {
     expect(await finalState(f)).toMatchObject({ enabled: false, locked: false });
   });
 
+  it('a drive unlocked with our password keeps none when the step stops before the erase (a guard refusing)', async () => {
+    const f = await drive('locked');
+    const refusal = new Error('refusing to run an ATA security erase on /dev/fake-sdb: mounted at /mnt');
+    await expect(
+      ataSecureErase(DISK, {
+        beforeErase: () => {
+          throw refusal;
+        },
+      }),
+    ).rejects.toBe(refusal);
+    expect(await securityCalls(f)).toEqual(['--security-unlock NULL', '--security-disable NULL']);
+    expect(await finalState(f)).toMatchObject({ enabled: false, locked: false });
+  });
+
   it("refuses a drive locked with somebody else's password, and erases nothing", async () => {
     const f = await drive('locked', { unlockFails: true });
     await expect(ataSecureErase(DISK)).rejects.toThrow(

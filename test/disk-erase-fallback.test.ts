@@ -1,11 +1,12 @@
 // What happens after the first method of a disk erase: a disk mounted while an earlier method ran (which can
 // take hours) must stop the erase before the next method writes, and express must not let a discard the
 // drive honours only in part stand in for its metadata erase. Loop devices, fake hdparm and blkdiscard.
-import { copyFile, mkdtemp, rm } from 'node:fs/promises';
+import { copyFile, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterEach, describe, expect, it } from 'vitest';
+import { parseSecurity } from '../agent/disk/ata-erase.ts';
 import { eraseDisk, type LastResort } from '../agent/disk/erase-disk.ts';
 import type { EraseSettings } from '../agent/disk/erase-settings.ts';
 import { ProtectedDeviceError } from '../agent/errors.ts';
@@ -38,7 +39,7 @@ const ext4At = async (dev: string, offset = 0) =>
 
 describe('a disk mounted during the secure erase attempt', () => {
   // The drive reports frozen, so the node's continue setting falls back; `hdparm -I` mounts the disk first.
-  async function mountedWhileIdentifying(d: LoopDevice, mnt: string): Promise<FakeTools> {
+  async function mountedWhileIdentifying(d: LoopDevice, mnt: string, fixture = 'frozen'): Promise<FakeTools> {
     const mountFirst = `
 if (args[0] === '-I' && !fs.existsSync(state + '/mounted')) {
   require('node:child_process').execFileSync('mount', [args[1], ${JSON.stringify(mnt)}]);
@@ -46,10 +47,33 @@ if (args[0] === '-I' && !fs.existsSync(state + '/mounted')) {
 }
 `;
     const f = await installFakes({ hdparm: mountFirst + FAKE_HDPARM, blkdiscard: 'process.exit(0);' });
-    await copyFile(join(import.meta.dirname, 'fixtures', 'hdparm', 'frozen.txt'), join(f.dir, 'identify.txt'));
+    await copyFile(join(import.meta.dirname, 'fixtures', 'hdparm', `${fixture}.txt`), join(f.dir, 'identify.txt'));
     await execa('mkfs.ext4', ['-q', '-F', d.path]);
     return f;
   }
+
+  it('a drive the erase unlocked gets no canaries and no erase, and loses our password again', async () => {
+    const mnt = await mkdtemp(join(tmpdir(), 'ina-mnt-'));
+    try {
+      await withLoops([32 * MiB], async ([d]) => {
+        try {
+          fakes = await mountedWhileIdentifying(d!, mnt, 'locked');
+          const err = await erase(d!, settings({ discard: false })).catch((e: unknown) => e);
+          expect(err).toBeInstanceOf(ProtectedDeviceError);
+          expect((err as Error).message).toMatch(/^refusing to run an ATA security erase on \/dev\/loop\d+: /);
+          const ops = (await fakes.calls('hdparm')).filter((a) => a[0] !== '-I').map((a) => a[2]);
+          expect(ops).toEqual(['--security-unlock', '--security-disable']);
+          const page = await readFile(join(fakes.dir, 'identify.txt'), 'utf8');
+          expect(parseSecurity(page)).toMatchObject({ enabled: false, locked: false });
+          expect(await ext4At(d!.path)).toBe(true);
+        } finally {
+          await execa('umount', [mnt], { reject: false });
+        }
+      });
+    } finally {
+      await rm(mnt, { recursive: true, force: true });
+    }
+  });
 
   for (const [discard, refusal] of [
     [false, /refusing to overwrite \/dev\/loop\d+: /],

@@ -138,9 +138,10 @@ export async function ataSecureErase(disk: string, opts: AtaOptions = {}): Promi
   const bound = minutes !== null ? (2 * minutes + 10) * 60_000 : 0;
   // A timer holds at most 2^31 - 1 ms (about 24.8 days); a longer estimate bounds nothing we can enforce.
   const timeoutMs = opts.eraseTimeoutMs ?? (bound < 2 ** 31 ? bound : 0);
-  await opts.beforeErase?.();
   let failure: unknown = null;
   try {
+    // Inside: a drive unlocked above still has our password, which must go even when this refuses.
+    await opts.beforeErase?.();
     if (!state.enabled) {
       try {
         await hdparm(['--security-set-pass', PASSWORD], disk, log);
