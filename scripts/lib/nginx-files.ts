@@ -45,31 +45,44 @@ export async function startNginx(root: string): Promise<FileServer> {
       '}',
     ].join('\n'),
   );
-  const nginx = execa('nginx', ['-c', join(conf, 'nginx.conf')], { reject: false });
+  // -e: nginx opens its error log before it reads the configuration, at a packaged path otherwise.
+  const nginx = execa('nginx', ['-e', join(conf, 'error.log'), '-c', join(conf, 'nginx.conf')], { reject: false });
   let exited = false;
   void nginx.then(() => {
     exited = true;
   });
   const url = `http://127.0.0.1:${port}/`;
-  for (let i = 0; ; i++) {
-    if (exited) throw new Error(`nginx did not start: ${(await nginx).stderr}`);
-    const up = await fetch(url, { method: 'HEAD' }).then(
-      () => true,
-      () => false,
-    );
-    if (up) break;
-    if (i === 50) throw new Error('nginx did not answer on loopback within 5 s');
-    await sleep(100);
+  const stop = async () => {
+    nginx.kill('SIGTERM');
+    await nginx;
+    await rm(conf, { recursive: true, force: true });
+  };
+  try {
+    for (let i = 0; ; i++) {
+      if (exited) {
+        const r = await nginx;
+        throw new Error(`nginx did not start: ${r.stderr || r.message}`);
+      }
+      const server = await fetch(url, { method: 'HEAD' }).then(
+        (res) => res.headers.get('server') ?? '',
+        () => null,
+      );
+      // Another program may have taken the port between freePort() and nginx's bind.
+      if (server !== null && !server.startsWith('nginx'))
+        throw new Error(`port ${port} answers as "${server}", not nginx`);
+      if (server !== null) break;
+      if (i === 50) throw new Error('nginx did not answer on loopback within 5 s');
+      await sleep(100);
+    }
+  } catch (err) {
+    await stop();
+    throw err;
   }
   return {
     urlOf(path) {
       if (dirname(path) !== root) throw new Error(`${path} is not in ${root}, the folder nginx serves`);
       return `${url}${encodeURIComponent(basename(path))}`;
     },
-    async close() {
-      nginx.kill('SIGTERM');
-      await nginx;
-      await rm(conf, { recursive: true, force: true });
-    },
+    close: stop,
   };
 }
