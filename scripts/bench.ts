@@ -354,14 +354,13 @@ async function main(): Promise<void> {
       const files = await startNginx(work.dir);
       server = files;
       serve = async (_name, path) => files.urlOf(path);
+      console.log('Image server: nginx (sendfile)');
     } else {
       const helper = await startImageServer();
       server = helper;
       serve = (name, path) => helper.serveFile(name, path);
+      console.log('Image server: the test helper (Node, in this process)');
     }
-    console.log(
-      `Image server: ${process.env.BENCH_SERVER === 'nginx' ? 'nginx (sendfile)' : 'the test helper (Node, in this process)'}`,
-    );
     const urls = {
       raw: await serve('bench.raw', raw),
       gz: await serve('bench.raw.gz', gz),
