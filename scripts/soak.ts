@@ -56,11 +56,16 @@ async function collectGarbage(agent: AgentChild): Promise<void> {
   const url = agent.output.map((l) => /Debugger listening on (ws:\/\/\S+)/.exec(l)?.[1]).find(Boolean);
   if (!url) throw new Error('the agent did not start its inspector (--inspect)');
   const ws = new WebSocket(url);
+  // An agent that dies or stops answering fails the soak with a reason, instead of holding it until CI's limit.
+  const lost = new Promise<never>((_, reject) => {
+    const fail = (why: string) => reject(new Error(`the agent's inspector at ${url} ${why}`));
+    ws.onerror = () => fail('cannot be reached');
+    ws.onclose = () => fail('closed the connection');
+    setTimeout(() => fail('did not answer within 60 s'), 60_000).unref();
+  });
+  lost.catch(() => undefined);
   try {
-    await new Promise((resolve, reject) => {
-      ws.onopen = resolve;
-      ws.onerror = () => reject(new Error(`cannot reach the agent's inspector at ${url}`));
-    });
+    await Promise.race([new Promise((resolve) => (ws.onopen = resolve)), lost]);
     for (let id = 1; id <= 2; id++) {
       const answered = new Promise((resolve) => {
         ws.onmessage = (m) => {
@@ -68,9 +73,10 @@ async function collectGarbage(agent: AgentChild): Promise<void> {
         };
       });
       ws.send(JSON.stringify({ id, method: 'HeapProfiler.collectGarbage' }));
-      await answered;
+      await Promise.race([answered, lost]);
     }
   } finally {
+    ws.onclose = null;
     ws.close();
   }
 }
