@@ -7,6 +7,7 @@ import { INSPECT_HEAD_BYTES } from '../../agent/image/inspect.ts';
 import { parseQcow2Header } from '../../agent/image/qcow2/header.ts';
 import { Qcow2Reader, type WriteTarget } from '../../agent/image/qcow2/reader.ts';
 import { seededRandom } from '../../agent/seeded-random.ts';
+import { markDownloaded } from '../../agent/image/downloaded-chunks.ts';
 
 export const KiB = 1024;
 export const MiB = 1024 * KiB;
@@ -105,11 +106,15 @@ export class MemoryTarget implements WriteTarget {
   }
 }
 
-/** Streams `image` through the reader in chunks of varying size; returns the target. */
+/**
+ * Streams `image` through the reader in chunks of varying size; returns the target. With `downloaded`, each
+ * chunk is a fresh buffer marked as the HTTP source marks socket reads, so the reader frees the ones it is done
+ * with (downloaded-chunks.ts): `freed` counts them, and a chunk freed too early reads as empty and spoils the bytes.
+ */
 export async function readIntoMemory(
   image: Buffer,
-  opts: { deviceSize?: number; spoolBudget?: number; seed?: number; declared?: boolean } = {},
-): Promise<{ target: MemoryTarget; reader: Qcow2Reader }> {
+  opts: { deviceSize?: number; spoolBudget?: number; seed?: number; declared?: boolean; downloaded?: boolean } = {},
+): Promise<{ target: MemoryTarget; reader: Qcow2Reader; freed: number }> {
   const head = image.subarray(0, INSPECT_HEAD_BYTES);
   const layout = parseQcow2Header(head, {
     deviceSize: opts.deviceSize ?? 64 * MiB,
@@ -121,11 +126,18 @@ export async function readIntoMemory(
     declaredLength: opts.declared === false ? undefined : image.length,
   });
   const r = rng(opts.seed ?? 7);
+  const chunks: Buffer[] = [];
   for (let at = 0; at < image.length; ) {
     const n = Math.max(1, Math.floor(r() * 200 * KiB));
-    await reader.push(image.subarray(at, at + n));
+    let chunk = image.subarray(at, at + n);
+    if (opts.downloaded) {
+      chunk = Buffer.from(new Uint8Array(chunk).buffer);
+      markDownloaded(chunk);
+      chunks.push(chunk);
+    }
+    await reader.push(chunk);
     at += n;
   }
   await reader.end();
-  return { target, reader };
+  return { target, reader, freed: chunks.filter((c) => (c.buffer as ArrayBuffer).detached).length };
 }

@@ -4,7 +4,8 @@
 // not yet known, which is kept in the spool until a later table names it or until every table has been
 // read (then it is unused: refcounts, freed clusters, snapshots). Every guest byte in [0, virtual size) is
 // written exactly once, data or zeros, so the device ends up as `qemu-img convert -O raw` would leave it.
-import { InvalidImage } from '../../errors.ts';
+import { ImageWriteError, InvalidImage } from '../../errors.ts';
+import { freeDownloaded } from '../downloaded-chunks.ts';
 import { CompressedRange, Claims } from './claims.ts';
 import { l1Entry, l2Entry } from './entries.ts';
 import { refuse, type Qcow2Layout } from './header.ts';
@@ -32,6 +33,8 @@ export class Qcow2Reader {
   private position = 0;
   private readonly carry: Buffer[] = [];
   private carried = 0;
+  /** Chunks pushed earlier whose memory a piece in `carry` still lies in. */
+  private carrying: Buffer[] = [];
   /** Guest bytes written (data and zeros). */
   written = 0;
 
@@ -53,6 +56,7 @@ export class Qcow2Reader {
 
   /** Feeds the next bytes of the image. */
   async push(chunk: Buffer): Promise<void> {
+    freedTooSoon(chunk);
     const size = this.layout.clusterSize;
     let at = 0;
     while (at < chunk.length) {
@@ -67,6 +71,22 @@ export class Qcow2Reader {
       at += take;
       if (this.carried === size) await this.flushCarry();
     }
+    this.letGo(chunk);
+  }
+
+  /**
+   * Frees the downloaded chunks the reader is done with (downloaded-chunks.ts): the reader is their last reader,
+   * since the stages before it copy what they keep, and so do the spool, the tables and the writer (before its
+   * promise resolves). Only `carry` holds pieces of chunks across pushes, until their cluster is whole.
+   */
+  private letGo(chunk: Buffer): void {
+    const held = new Set(this.carry.map((piece) => piece.buffer));
+    const still: Buffer[] = [];
+    for (const c of this.carrying.length === 0 ? [chunk] : [...this.carrying, chunk]) {
+      if (held.has(c.buffer)) still.push(c);
+      else freeDownloaded(c);
+    }
+    this.carrying = still;
   }
 
   /** The image has ended: a cluster its tables still expect means it was cut short. */
@@ -93,6 +113,7 @@ export class Qcow2Reader {
 
   private async flushCarry(): Promise<void> {
     const pieces = this.carry.splice(0);
+    for (const piece of pieces) freedTooSoon(piece);
     const length = this.carried;
     this.carried = 0;
     await this.cluster(pieces, length);
@@ -317,4 +338,10 @@ export class Qcow2Reader {
       this.claims.forgetCompressed(c);
     }
   }
+}
+
+/** A downloaded chunk freed before the reader placed it reads as empty (downloaded-chunks.ts): fail, lose nothing. */
+function freedTooSoon(bytes: Buffer): void {
+  if (bytes.buffer instanceof ArrayBuffer && bytes.buffer.detached)
+    throw new ImageWriteError('internal: a downloaded chunk was freed before the qcow2 reader placed it');
 }
