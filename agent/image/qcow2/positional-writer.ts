@@ -1,6 +1,6 @@
 // The reader's positional writes onto a device, with O_DIRECT as sinks/block-writer.ts writes raw images (the
 // same reasons: no page-cache copy, the disk kept busy). Writes that continue one another are gathered into
-// 2 MiB page-aligned blocks, up to four in flight. O_DIRECT needs 4 KiB alignment on a 4K-sector disk;
+// 2 MiB page-aligned blocks, up to eight in flight. O_DIRECT needs 4 KiB alignment on a 4K-sector disk;
 // pieces of a 4 KiB block (512-byte clusters, odd virtual sizes) are gathered in memory until the block is
 // whole, and whatever is still partial at the end (the image's last bytes) goes through the page cache.
 // Long runs of zeros (unallocated and zero clusters) are zeroed by the device itself, as qemu-img does onto a
@@ -16,7 +16,7 @@ import type { WriteTarget } from './reader.ts';
 
 const MiB = 1024 * 1024;
 const BLOCK = 2 * MiB;
-const DEPTH = 4;
+const DEPTH = 8;
 const ALIGN = 4096;
 /** Zero runs at least this long go to the device's zeroing; shorter ones are not worth a tool's start. */
 const ZEROOUT_MIN = 4 * MiB;
