@@ -11,8 +11,10 @@
 // BENCH_BEFORE_NODE (default /usr/bin/node, the host's), on the same images in the same repetitions.
 // BENCH_NODE_FLAGS replaces the node flags the ramdisk starts the agent with (image-build's run-agent), to
 // measure what they cost or save, e.g. BENCH_NODE_FLAGS='' or '--max-semi-space-size=1'.
-// BENCH_SERVER=nginx serves the images with Debian's nginx (sendfile, scripts/lib/nginx-files.ts) instead of the
-// test helper's Node server in this process, which shares the two cores with the agent it measures.
+// The images are served by Debian's nginx with sendfile (scripts/lib/nginx-files.ts), as a conductor's
+// http_root usually is; BENCH_SERVER=node takes the tests' Node helper in this process instead, which spends
+// about a core-second per GiB of the two cores the agent is measured on (the figures before 2026-12-06 used it;
+// docs/decisions.md).
 // Not a test: no pass/fail.
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
@@ -350,7 +352,10 @@ async function main(): Promise<void> {
     // backing file's page cache while the agent's final fdatasync pays for the real writes.
     await execa('losetup', ['--direct-io=on', loop.path]);
     let serve: (name: string, path: string) => Promise<string>;
-    if (process.env.BENCH_SERVER === 'nginx') {
+    const serverName = process.env.BENCH_SERVER ?? 'nginx';
+    if (serverName !== 'nginx' && serverName !== 'node')
+      throw new Error(`BENCH_SERVER=${serverName}: the bench serves images with nginx (the default) or node`);
+    if (serverName === 'nginx') {
       const files = await startNginx(work.dir);
       server = files;
       serve = async (_name, path) => files.urlOf(path);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the agent, its tests, its demo and its bench need, when missing: npm packages and Debian tools.
 # With `vm`, also what building the ramdisk and booting it under QEMU need (QEMU, OVMF and binutils: about 90 MB
-# installed before their libraries, which the demo, the unit tests and the bench never use).
+# installed before their libraries, which the demo, the unit tests and the bench never use). With `bench`, also
+# the bench's image server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,8 +22,9 @@ declare -A tools=(
   # The ramdisk's IPv6 client, tested against dnsmasq's DHCPv6 in a network namespace (neither starts a service).
   [dhcpcd]=dhcpcd-base [dnsmasq]=dnsmasq-base
 )
-# The bench's other image server (BENCH_SERVER=nginx, scripts/bench.ts); nginx-light starts no service here.
-[ "${BENCH_SERVER:-}" = nginx ] && tools+=([nginx]=nginx-light)
+# The bench's image server (scripts/bench.ts; BENCH_SERVER=node takes the tests' Node helper instead);
+# nginx-light starts no service here.
+[ "${1:-}" = bench ] && [ "${BENCH_SERVER:-nginx}" = nginx ] && tools+=([nginx]=nginx-light)
 # file -> Debian package, for packages that bring no command
 declare -A files=([/usr/include/stdlib.h]=libc6-dev)
 if [ "${1:-}" = vm ]; then
