@@ -67,7 +67,9 @@ describe('the block writer and freed chunks', () => {
     freeDownloaded(chunk);
     const writer = await BlockWriter.open(join(dir, 'image.raw'), MiB, null);
     cleanups.push(() => writer.release());
-    await expect(pipeline([chunk], writer)).rejects.toThrow('a downloaded chunk was freed before it was written');
+    await expect(pipeline([chunk], writer)).rejects.toThrow(
+      'a downloaded chunk was freed before the block writer used it',
+    );
   });
 });
 

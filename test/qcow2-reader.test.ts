@@ -3,8 +3,20 @@
 // raw`. Every guest byte must be written exactly once (the memory starts as 0xa5, and the count must match).
 import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freeDownloaded, markDownloaded } from '../agent/image/downloaded-chunks.ts';
+import { parseQcow2Header } from '../agent/image/qcow2/header.ts';
+import { Qcow2Reader } from '../agent/image/qcow2/reader.ts';
 import { workDir } from './helpers/make-image.ts';
-import { buildImage, content, KiB, MiB, readIntoMemory, referenceRaw, type Spec } from './helpers/qcow2-corpus.ts';
+import {
+  buildImage,
+  content,
+  KiB,
+  MemoryTarget,
+  MiB,
+  readIntoMemory,
+  referenceRaw,
+  type Spec,
+} from './helpers/qcow2-corpus.ts';
 
 let dir: string;
 let cleanup: () => Promise<void>;
@@ -141,5 +153,17 @@ describe('the spool holds only what came before its table', () => {
     // Before the spool let go of a host cluster once the range running out of it was decoded, it kept
     // nearly the whole image here (the full loop's cloud image overflowed 64 MiB this way).
     expect(reader.spoolPeak).toBeLessThan(512 * KiB);
+  });
+});
+
+describe('a downloaded chunk freed before the reader got it', () => {
+  it('fails the read instead of placing nothing (a freed chunk reads as empty)', async () => {
+    const image = await readFile(await buildImage(dir, { name: 'freed', virtualSize: 4 * MiB, writes: [] }));
+    const layout = parseQcow2Header(image.subarray(0, 64 * KiB), { deviceSize: 8 * MiB, declaredLength: image.length });
+    const reader = new Qcow2Reader(layout, new MemoryTarget(layout.virtualSize), { spoolBudget: MiB });
+    const chunk = Buffer.from(new Uint8Array(image).buffer);
+    markDownloaded(chunk);
+    freeDownloaded(chunk);
+    await expect(reader.push(chunk)).rejects.toThrow('a downloaded chunk was freed before the qcow2 reader used it');
   });
 });

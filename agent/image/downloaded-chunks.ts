@@ -8,6 +8,8 @@
 // (the response's headers, bytes undici gives back to the socket, a chunked body's framing) is left to the
 // collector, and so is any chunk the source did not mark.
 
+import { ImageWriteError } from '../errors.ts';
+
 const downloaded = new WeakSet<Buffer>();
 
 /** Smaller memory is not worth the call (and a slice of Node's shared buffer pool never covers all of it anyway). */
@@ -29,4 +31,10 @@ export function freeDownloaded(chunk: Buffer): void {
   if (chunk.byteOffset !== 0 || chunk.byteLength !== memory.byteLength) return;
   // Detaching hands the memory back to the allocator now; the next socket read reuses it.
   memory.transfer(0);
+}
+
+/** A chunk (or a view of one) freed before `stage` used it reads as empty: fail rather than lose its bytes. */
+export function assertNotFreed(bytes: Buffer, stage: string): void {
+  if (bytes.buffer instanceof ArrayBuffer && bytes.buffer.detached)
+    throw new ImageWriteError(`internal: a downloaded chunk was freed before ${stage} used it`);
 }

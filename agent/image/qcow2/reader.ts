@@ -4,8 +4,8 @@
 // not yet known, which is kept in the spool until a later table names it or until every table has been
 // read (then it is unused: refcounts, freed clusters, snapshots). Every guest byte in [0, virtual size) is
 // written exactly once, data or zeros, so the device ends up as `qemu-img convert -O raw` would leave it.
-import { ImageWriteError, InvalidImage } from '../../errors.ts';
-import { freeDownloaded } from '../downloaded-chunks.ts';
+import { InvalidImage } from '../../errors.ts';
+import { assertNotFreed, freeDownloaded } from '../downloaded-chunks.ts';
 import { CompressedRange, Claims } from './claims.ts';
 import { l1Entry, l2Entry } from './entries.ts';
 import { refuse, type Qcow2Layout } from './header.ts';
@@ -56,7 +56,7 @@ export class Qcow2Reader {
 
   /** Feeds the next bytes of the image. */
   async push(chunk: Buffer): Promise<void> {
-    freedTooSoon(chunk);
+    assertNotFreed(chunk, 'the qcow2 reader');
     const size = this.layout.clusterSize;
     let at = 0;
     while (at < chunk.length) {
@@ -113,7 +113,7 @@ export class Qcow2Reader {
 
   private async flushCarry(): Promise<void> {
     const pieces = this.carry.splice(0);
-    for (const piece of pieces) freedTooSoon(piece);
+    for (const piece of pieces) assertNotFreed(piece, 'the qcow2 reader');
     const length = this.carried;
     this.carried = 0;
     await this.cluster(pieces, length);
@@ -338,10 +338,4 @@ export class Qcow2Reader {
       this.claims.forgetCompressed(c);
     }
   }
-}
-
-/** A downloaded chunk freed before the reader placed it reads as empty (downloaded-chunks.ts): fail, lose nothing. */
-function freedTooSoon(bytes: Buffer): void {
-  if (bytes.buffer instanceof ArrayBuffer && bytes.buffer.detached)
-    throw new ImageWriteError('internal: a downloaded chunk was freed before the qcow2 reader placed it');
 }

@@ -14,7 +14,7 @@ import { open, type FileHandle } from 'node:fs/promises';
 import { Writable } from 'node:stream';
 import { ImageWriteError, errorText } from '../../errors.ts';
 import type { DeviceGuard } from '../../safety/device-guard.ts';
-import { freeDownloaded } from '../downloaded-chunks.ts';
+import { assertNotFreed, freeDownloaded } from '../downloaded-chunks.ts';
 
 const MiB = 1024 * 1024;
 /** One write request: large enough for full-speed sequential I/O, no larger (docs/runtime.md, "Memory on Node 24"). */
@@ -120,9 +120,7 @@ export class BlockWriter extends Writable {
 
   private async accept(chunk: Buffer): Promise<void> {
     if (this.failure) throw this.failure;
-    // A chunk freed before it got here (downloaded-chunks.ts) reads as empty: fail rather than lose its bytes.
-    if (chunk.buffer instanceof ArrayBuffer && chunk.buffer.detached)
-      throw new ImageWriteError('internal: a downloaded chunk was freed before it was written');
+    assertNotFreed(chunk, 'the block writer');
     if (this.accepted + chunk.length > this.limit) {
       throw new ImageWriteError(`the image is larger than the ${this.limit} bytes ${this.target.path} can hold`, {
         tooLarge: true,
