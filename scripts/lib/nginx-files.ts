@@ -1,4 +1,4 @@
-// The bench's image server when BENCH_SERVER=nginx: Debian's nginx serving one folder on loopback with
+// The bench's image server (unless BENCH_SERVER=node): Debian's nginx serving one folder on loopback with
 // sendfile, as a conductor's HTTP server (Apache or nginx) serves `[deploy]http_root`. The test helper's Node
 // server in the bench's own process spends a core-second per GiB on the same two cores as the agent it
 // measures (docs/qcow2-streaming.md).
