@@ -1,8 +1,10 @@
 // Freeing a downloaded chunk as soon as its bytes are copied. Each chunk of an image body is a view of the socket
 // read it arrived in, and V8 returns that memory only at its next young-generation collection: while an image
 // streams, several MiB of spent reads wait for it, and they set the agent's peak memory (docs/runtime.md,
-// "Memory on Node 24"). The HTTP source marks the chunks it hands out; the stage that copies them away (the block
-// writer) frees each one when it is done with it.
+// "Memory on Node 24"), and freeing them costs less CPU than collecting them (docs/qcow2-streaming.md). The HTTP
+// source marks the chunks it hands out; the stage that copies them away (the block writer, the qcow2 reader) frees
+// each one when it is done with it. A stage that hands a chunk to something that keeps it after the call (a child's
+// stdin, a decoder) must not free it.
 //
 // Only a chunk that is the whole of its memory is freed. A view that shares its memory with something else
 // (the response's headers, bytes undici gives back to the socket, a chunked body's framing) is left to the

@@ -14,7 +14,10 @@ import { needsBuffer, Spool } from './spool.ts';
 
 /** Where the reader's output goes: the device (device-target.ts), or memory in tests. */
 export interface WriteTarget {
-  /** Writes `data` at guest offset `offset`; `data` may be kept until the returned promise resolves. */
+  /**
+   * Writes `data` at guest offset `offset`. `data` may be kept until the returned promise resolves, never after:
+   * the reader frees the downloaded chunks it came from once `push` returns, and a freed view reads as empty.
+   */
   write(offset: number, data: Buffer): Promise<void>;
   /** Writes `length` zero bytes at `offset`. */
   zero(offset: number, length: number): Promise<void>;
