@@ -37,7 +37,7 @@ export class Qcow2Reader {
   private readonly carry: Buffer[] = [];
   private carried = 0;
   /** Chunks pushed earlier whose memory a piece in `carry` still lies in. */
-  private carrying: Buffer[] = [];
+  private readonly carrying: Buffer[] = [];
   /** Guest bytes written (data and zeros). */
   written = 0;
 
@@ -83,13 +83,19 @@ export class Qcow2Reader {
    * promise resolves). Only `carry` holds pieces of chunks across pushes, until their cluster is whole.
    */
   private letGo(chunk: Buffer): void {
-    const held = new Set(this.carry.map((piece) => piece.buffer));
-    const still: Buffer[] = [];
-    for (const c of this.carrying.length === 0 ? [chunk] : [...this.carrying, chunk]) {
-      if (held.has(c.buffer)) still.push(c);
+    // In place and without closures: this runs once per socket read.
+    this.carrying.push(chunk);
+    let kept = 0;
+    for (const c of this.carrying) {
+      if (this.carries(c)) this.carrying[kept++] = c;
       else freeDownloaded(c);
     }
-    this.carrying = still;
+    this.carrying.length = kept;
+  }
+
+  private carries(chunk: Buffer): boolean {
+    for (const piece of this.carry) if (piece.buffer === chunk.buffer) return true;
+    return false;
   }
 
   /** The image has ended: a cluster its tables still expect means it was cut short. */
