@@ -40,6 +40,10 @@ function parseSize(text: string): number {
 
 const SIZE = parseSize(process.env.BENCH_SIZE ?? '2G');
 const REPS = Number(process.env.BENCH_REPS ?? 3);
+// Checked before the images are built, which takes minutes.
+const SERVER = process.env.BENCH_SERVER ?? 'nginx';
+if (SERVER !== 'nginx' && SERVER !== 'node')
+  throw new Error(`BENCH_SERVER=${SERVER}: the bench serves images with nginx (the default) or node`);
 /**
  * Uncounted passes over every case first. This VM reports freed memory back to its host (free page
  * reporting, in 8 MiB blocks), so a pass that fills fresh memory makes the host fault it in again: the
@@ -352,10 +356,7 @@ async function main(): Promise<void> {
     // backing file's page cache while the agent's final fdatasync pays for the real writes.
     await execa('losetup', ['--direct-io=on', loop.path]);
     let serve: (name: string, path: string) => Promise<string>;
-    const serverName = process.env.BENCH_SERVER ?? 'nginx';
-    if (serverName !== 'nginx' && serverName !== 'node')
-      throw new Error(`BENCH_SERVER=${serverName}: the bench serves images with nginx (the default) or node`);
-    if (serverName === 'nginx') {
+    if (SERVER === 'nginx') {
       const files = await startNginx(work.dir);
       server = files;
       serve = async (_name, path) => files.urlOf(path);
