@@ -46,10 +46,8 @@ if (SERVER !== 'nginx' && SERVER !== 'node')
   throw new Error(`BENCH_SERVER=${SERVER}: the bench serves images with nginx (the default) or node`);
 /**
  * Uncounted passes over every case first. This VM reports freed memory back to its host (free page
- * reporting, in 8 MiB blocks), so a pass that fills fresh memory makes the host fault it in again: the
- * first qcow2 pass after the images were built (each fills 1 GiB of tmpfs) took 1.3–2.0× as long as later
- * ones (the baseline 5.7–6.5 s against 4.0–4.6 s), which no bare-metal ramdisk sees. The streaming cases
- * did not move beyond the usual noise.
+ * reporting), so a pass that fills fresh memory makes the host fault it in again: the first pass of the cases
+ * that fill tmpfs ran much slower than later ones, which no bare-metal ramdisk sees (docs/performance.md).
  */
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 1);
 const SETTLE_MS = 3000;
