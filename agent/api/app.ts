@@ -8,7 +8,7 @@ import type { AgentState } from '../state.ts';
 import { rootDocument, v1Document } from './documents.ts';
 import { FAULTS, fault, faultFromError, jsonResponse } from './envelope.ts';
 import { BodyTooLarge, withBody } from './body-limit.ts';
-import { MAX_REQUEST_DEPTH, nestedDeeperThan } from './json.ts';
+import { JsonRefused, parseBoundedJson } from '../bounded-json.ts';
 import { isObject } from '../parse.ts';
 import { requestLog } from './request-log.ts';
 import { tokenCheck, type TokenPolicy } from './token.ts';
@@ -84,13 +84,11 @@ export function createApp(deps: ApiDeps): Hono {
     let parsed: { body: unknown } | { fault: string };
     try {
       parsed = await withBody(c, bodies, (text) => {
-        // JSON.parse itself copes, but whatever walks the value afterwards (validation, results, the writer) might not.
-        if (nestedDeeperThan(text, MAX_REQUEST_DEPTH))
-          return { fault: FAULTS.badJson(`nesting deeper than ${MAX_REQUEST_DEPTH} levels`) };
         try {
-          return { body: JSON.parse(text) as unknown };
+          return { body: parseBoundedJson(text) };
         } catch (err) {
-          return { fault: FAULTS.badJson((err as Error).message) };
+          if (err instanceof JsonRefused) return { fault: FAULTS.badJson(err.message) };
+          throw err;
         }
       });
     } catch (err) {

@@ -5,34 +5,12 @@ function str(s: string): string {
   return JSON.stringify(s).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
-/** Deeper than this, a request body is refused before it is parsed; IPA's API carries shallow JSON. */
-export const MAX_REQUEST_DEPTH = 64;
 /**
  * Deeper than this, the writer puts a marker string in place of the rest. Bodies are bounded on the way in,
  * but a command may still build a deeper result; writing must not overflow the stack, or every listing of
  * the commands would fail from then on.
  */
 export const MAX_WRITE_DEPTH = 256;
-
-/** Whether `text` nests arrays and objects more than `max` levels deep (counted outside strings, without parsing). */
-export function nestedDeeperThan(text: string, max: number): boolean {
-  let depth = 0;
-  let inString = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (inString) {
-      if (c === 0x5c) i++;
-      else if (c === 0x22) inString = false;
-    } else if (c === 0x22) {
-      inString = true;
-    } else if (c === 0x5b || c === 0x7b) {
-      if (++depth > max) return true;
-    } else if (c === 0x5d || c === 0x7d) {
-      depth--;
-    }
-  }
-  return false;
-}
 
 export function pyJson(value: unknown, depth = 0): string {
   if (value === null || value === undefined) return 'null';
