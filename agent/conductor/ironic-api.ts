@@ -1,13 +1,29 @@
-// The agent's HTTP client for the Ironic API: IPA's headers, a per-request timeout, and the URL list
-// (`ipa-api-url` may name several): on a connection error or timeout the next URL is tried, and the
-// one that answered moves to the front, so later requests go there first.
+// The agent's HTTP client for the Ironic API (and the inspection callback): IPA's headers, one deadline
+// for each whole exchange, a cap on the reply, and the URL list (`ipa-api-url` may name several): on a
+// connection error, a passed deadline or an oversized reply the next URL is tried, and the one that
+// answered moves to the front, so later requests go there first.
 import { readFileSync } from 'node:fs';
+import { BodyOverCap, parseBoundedJson, readCapped } from '../bounded-json.ts';
+import { realClock, type Clock } from '../clock.ts';
 import { Agent as Dispatcher, request } from '../undici.ts';
 import type { Logger } from '../log.ts';
 
+/**
+ * Ironic's replies are small: a lookup carries the node's (masked) properties, instance_info and
+ * driver_internal_info, an error a faultstring, a heartbeat nothing. A reply past this is refused.
+ */
+export const MAX_REPLY_BYTES = 4 * 1024 * 1024;
+
 export interface IronicApiOptions {
   urls: readonly string[];
+  /**
+   * The deadline of one exchange with one URL, connection, headers and body together, on `clock`: a
+   * reply that trickles in is cut off there, however steadily its bytes come.
+   */
   timeoutS: number;
+  clock?: Clock;
+  /** The reply's cap (MAX_REPLY_BYTES unless a test says otherwise). */
+  maxReplyBytes?: number;
   requestId?: string;
   /** Skip verification of an https Ironic API (ipa-insecure). */
   insecure: boolean;
@@ -23,17 +39,22 @@ export interface IronicReply {
   base: string;
 }
 
-/** No URL in the list answered at all (refused, reset, timed out). */
+/** No URL in the list gave a usable answer (refused, reset, past the deadline, larger than the cap). */
 export class ConductorUnreachable extends Error {}
 
 export class IronicApi {
   private urls: string[];
   private readonly dispatcher: Dispatcher;
+  private readonly clock: Clock;
+  private readonly maxReplyBytes: number;
 
   constructor(private readonly opts: IronicApiOptions) {
     this.urls = [...opts.urls];
+    this.clock = opts.clock ?? realClock;
+    this.maxReplyBytes = opts.maxReplyBytes ?? MAX_REPLY_BYTES;
     const timeout = opts.timeoutS * 1000;
     this.dispatcher = new Dispatcher({
+      // Idle timeouts on real time, besides the deadline: a safety net should the clock be stopped.
       headersTimeout: timeout,
       bodyTimeout: timeout,
       // HTTP/1.1, as IPA speaks to Ironic (undici 8 would offer h2 to an HTTPS API).
@@ -63,21 +84,27 @@ export class IronicApi {
     const body = opts.body === undefined ? undefined : JSON.stringify(opts.body);
     let lastError: unknown;
     for (const base of [...this.urls]) {
+      // Aborting the request ends it whatever stage it is at: undici destroys the socket and the body.
+      const deadline = this.clock.timeout(this.opts.timeoutS * 1000);
+      const signal = opts.signal ? AbortSignal.any([opts.signal, deadline]) : deadline;
       try {
-        const res = await request(`${base}${path}`, {
-          method,
-          headers,
-          body,
-          dispatcher: this.dispatcher,
-          signal: opts.signal,
-        });
-        const text = await res.body.text();
+        signal.throwIfAborted();
+        const res = await request(`${base}${path}`, { method, headers, body, dispatcher: this.dispatcher, signal });
+        if (Number(res.headers['content-length']) > this.maxReplyBytes) {
+          res.body.destroy();
+          throw new BodyOverCap(this.maxReplyBytes);
+        }
+        const text = (await readCapped(res.body, this.maxReplyBytes)).toString('utf8');
         this.urls = [base, ...this.urls.filter((u) => u !== base)];
         return { status: res.statusCode, text, base };
       } catch (err) {
         if (opts.signal?.aborted) throw err;
-        lastError = err;
-        this.opts.log.debug({ url: `${base}${path}`, err: describe(err) }, 'conductor did not answer');
+        lastError = deadline.aborted
+          ? new Error(`timeout: no whole reply within ${this.opts.timeoutS} s`)
+          : err instanceof BodyOverCap
+            ? new Error(`reply larger than ${err.cap} bytes, not read further`)
+            : err;
+        this.opts.log.debug({ url: `${base}${path}`, err: describe(lastError) }, 'conductor did not answer');
       }
     }
     throw new ConductorUnreachable(`no answer from ${this.urls.join(', ')}: ${describe(lastError)}`);
@@ -104,7 +131,7 @@ function describe(err: unknown): string {
 export function ironicFault(text: string): string {
   let doc: unknown;
   try {
-    doc = JSON.parse(text);
+    doc = parseBoundedJson(text);
   } catch {
     return text.trim();
   }
@@ -112,7 +139,7 @@ export function ironicFault(text: string): string {
   if (typeof inner === 'string') {
     const textual = inner;
     try {
-      inner = JSON.parse(textual);
+      inner = parseBoundedJson(textual);
     } catch {
       return textual;
     }

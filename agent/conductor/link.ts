@@ -76,6 +76,7 @@ export class ConductorLink {
     this.api = new IronicApi({
       urls: config.apiUrls,
       timeoutS: config.lookup.httpRequestTimeoutS,
+      clock: this.clock,
       requestId: config.globalRequestId,
       insecure: config.tls.insecure,
       caFile: config.tls.caFile,

@@ -1,5 +1,6 @@
 // Ironic API microversions the agent cares about, and discovery of what the conductor supports.
 // Versions are all 1.x, so they are handled as the minor number.
+import { parseBoundedJson } from '../bounded-json.ts';
 import type { Logger } from '../log.ts';
 import type { IronicApi } from './ironic-api.ts';
 
@@ -43,7 +44,7 @@ export class VersionCache {
     if (this.known !== undefined) return this.known;
     try {
       const reply = await this.api.send('GET', '/', { signal });
-      const doc = JSON.parse(reply.text) as { default_version?: { version?: unknown } } | null;
+      const doc = parseBoundedJson(reply.text) as { default_version?: { version?: unknown } } | null;
       const minor = parseVersion(doc?.default_version?.version);
       if (reply.status === 200 && minor !== undefined) {
         this.known = minor;

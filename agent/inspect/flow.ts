@@ -133,6 +133,7 @@ export async function inspect(deps: InspectionDeps): Promise<InspectionResult> {
   const api = new IronicApi({
     urls: config.inspection.callbackUrls,
     timeoutS: config.lookup.httpRequestTimeoutS,
+    clock: deps.clock,
     requestId: config.globalRequestId,
     insecure: config.tls.insecure,
     caFile: config.tls.caFile,
