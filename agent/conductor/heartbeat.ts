@@ -130,7 +130,7 @@ export class Heartbeater extends EventEmitter<HeartbeaterEvents> {
     let status: number | undefined;
     let reason: string | undefined;
     try {
-      const reply = await api.send('POST', `/v1/heartbeat/${this.target.nodeUuid}`, {
+      const reply = await api.send('POST', `/v1/heartbeat/${encodeURIComponent(this.target.nodeUuid)}`, {
         version: versionHeader(this.target.version, V_VERIFY_CA),
         body: heartbeatBody(this.target),
         signal: this.halt.signal,

@@ -2,10 +2,21 @@
 // be redacted (driver_internal_info replaced by a notice), so nothing here depends on its contents.
 import type { NodeInfo } from '../state.ts';
 import type { TlsVersion } from '../config/config.ts';
+import { JsonRefused, parseBoundedJson } from '../bounded-json.ts';
 import { nonEmptyString, objectOr as record, parseBoolean } from '../parse.ts';
+import { nodeIdentProblem } from './node-ident.ts';
+
+/**
+ * The shortest heartbeat_timeout the agent follows. IPA takes any value, and 0.001 makes ten heartbeats a
+ * second; below this the agent heartbeats as if the conductor had said this (every 1.5–3 s) and warns.
+ */
+export const MIN_HEARTBEAT_TIMEOUT_S = 5;
 
 export interface LookupConfig {
+  /** At least MIN_HEARTBEAT_TIMEOUT_S. */
   heartbeatTimeoutS: number;
+  /** The conductor's heartbeat_timeout when it was below MIN_HEARTBEAT_TIMEOUT_S and raised to it. */
+  heartbeatTimeoutRaisedFrom?: number;
   /** A fresh token, `"******"` (already issued), or null (conductor below 1.62). */
   agentToken: string | null;
   tlsMinVersion?: TlsVersion;
@@ -22,40 +33,62 @@ export interface LookupReply {
   config: LookupConfig;
 }
 
-export class InvalidLookupReply extends Error {}
+export class InvalidLookupReply extends Error {
+  /**
+   * Whether asking again cannot help: the reply was whole and well-formed, but what it says cannot be used
+   * (a node identifier that is no UUID or name, a heartbeat_timeout that is no positive number of seconds).
+   */
+  constructor(
+    message: string,
+    readonly lasting = false,
+  ) {
+    super(message);
+  }
+}
+
+/** heartbeat_timeout in seconds: a JSON number, or a decimal number as text (what a Python config may send). */
+function heartbeatTimeout(v: unknown): number {
+  const problem = (why: string) =>
+    new InvalidLookupReply(`lookup reply's config.heartbeat_timeout ${JSON.stringify(v).slice(0, 40)} ${why}`, true);
+  if (v === undefined) throw new InvalidLookupReply('lookup reply has no config.heartbeat_timeout');
+  const decimal = typeof v === 'string' && /^\s*[+-]?(\d+\.?\d*|\.\d+)\s*$/.test(v);
+  const n = typeof v === 'number' ? v : decimal ? Number(v) : Number.NaN;
+  if (!Number.isFinite(n)) throw problem('is not a number of seconds');
+  if (n <= 0) throw problem('is not a positive number of seconds');
+  return n;
+}
 
 export function parseLookupReply(text: string): LookupReply {
   let doc: unknown;
   try {
-    doc = JSON.parse(text);
-  } catch {
-    throw new InvalidLookupReply('lookup reply is not JSON');
+    doc = parseBoundedJson(text);
+  } catch (err) {
+    if (err instanceof JsonRefused) throw new InvalidLookupReply(`lookup reply is not usable JSON: ${err.message}`);
+    throw err;
   }
   const body = record(doc);
   const node = record(body?.node);
-  if (!body || !node || typeof node.uuid !== 'string' || node.uuid === '') {
-    throw new InvalidLookupReply('lookup reply has no node.uuid');
-  }
+  if (!body || !node || node.uuid === undefined) throw new InvalidLookupReply('lookup reply has no node.uuid');
+  const bad = nodeIdentProblem(node.uuid);
+  if (bad !== undefined) throw new InvalidLookupReply(`lookup reply's node.uuid ${bad}`, true);
+  const uuid = node.uuid as string;
   // A very old API put heartbeat_timeout at the top level and sent no config.
-  const raw =
-    record(body.config) ??
-    (body.heartbeat_timeout !== undefined ? { heartbeat_timeout: body.heartbeat_timeout } : undefined);
-  const timeout = Number(raw?.heartbeat_timeout);
-  if (!raw || !Number.isFinite(timeout) || timeout <= 0) {
-    throw new InvalidLookupReply('lookup reply has no config.heartbeat_timeout');
-  }
+  const raw = record(body.config) ?? { heartbeat_timeout: body.heartbeat_timeout };
+  const given = heartbeatTimeout(raw.heartbeat_timeout);
+  const timeout = Math.max(given, MIN_HEARTBEAT_TIMEOUT_S);
   const tls = raw.tls_min_version;
   const formats = raw.permitted_image_formats;
   return {
     node: {
       ...node,
-      uuid: node.uuid,
+      uuid,
       properties: record(node.properties) ?? {},
       instance_info: record(node.instance_info) ?? {},
       driver_internal_info: record(node.driver_internal_info) ?? {},
     },
     config: {
       heartbeatTimeoutS: timeout,
+      ...(given < timeout ? { heartbeatTimeoutRaisedFrom: given } : {}),
       agentToken: typeof raw.agent_token === 'string' ? raw.agent_token : null,
       tlsMinVersion: tls === '1.2' || tls === '1.3' ? tls : undefined,
       tlsCipherSuites: nonEmptyString(raw.tls_cipher_suites),

@@ -1,12 +1,20 @@
 // Looking the node up: `GET /v1/lookup?addresses=…` until a usable answer or `ipa-lookup-timeout`.
 // IPA's schedule: every failure (no answer, any status but 200, a bad body, an unusable token) is
 // retried after U(interval, min(60, 2^(n-1))) s; a 409 (node locked while the token is created) also
-// pauses 5, then 10, then 30 s on each later 409.
+// pauses 5, then 10, then 30 s on each later 409. A whole reply whose contents cannot be used (a node
+// identifier that is no UUID or name, a heartbeat_timeout that is no positive number) ends the lookup at
+// once with the reason: asking the same conductor again would only hide it until the timeout.
 import type { Logger } from '../log.ts';
 import type { Clock } from '../clock.ts';
 import { LookupNodeError } from './errors.ts';
 import { ironicFault, type IronicApi } from './ironic-api.ts';
-import { InvalidLookupReply, acceptToken, parseLookupReply, type LookupReply } from './lookup-reply.ts';
+import {
+  InvalidLookupReply,
+  MIN_HEARTBEAT_TIMEOUT_S,
+  acceptToken,
+  parseLookupReply,
+  type LookupReply,
+} from './lookup-reply.ts';
 import { V_TOKEN, versionHeader } from './versions.ts';
 
 const CONFLICT_PAUSES_S = [5, 10, 30];
@@ -44,11 +52,12 @@ export interface LookupResult extends LookupReply {
 type Attempt = { ok: LookupResult } | { retry: string; conflict?: boolean };
 
 export function lookupPath(req: Pick<LookupRequest, 'macs' | 'nodeUuid'>): string {
-  const q = new URLSearchParams();
-  if (req.macs.length > 0) q.set('addresses', req.macs.join(','));
-  if (req.nodeUuid) q.set('node_uuid', req.nodeUuid);
-  // Ironic reads the commas literally; URLSearchParams would send %2C and %3A.
-  return `/v1/lookup?${decodeURIComponent(q.toString())}`;
+  const q: string[] = [];
+  // Ironic reads the commas literally (URLSearchParams would send %2C and %3A); MACs are the agent's own.
+  if (req.macs.length > 0) q.push(`addresses=${req.macs.join(',')}`);
+  // The node UUID came from outside (the inspection callback): encoded, whatever checked it before.
+  if (req.nodeUuid) q.push(`node_uuid=${encodeURIComponent(req.nodeUuid)}`);
+  return `/v1/lookup?${q.join('&')}`;
 }
 
 async function attempt(req: LookupRequest, deps: LookupDeps): Promise<Attempt> {
@@ -71,6 +80,8 @@ async function attempt(req: LookupRequest, deps: LookupDeps): Promise<Attempt> {
   try {
     parsed = parseLookupReply(reply.text);
   } catch (err) {
+    if (err instanceof InvalidLookupReply && err.lasting)
+      throw new LookupNodeError(`Unusable lookup reply: ${err.message}`);
     if (err instanceof InvalidLookupReply) return { retry: err.message };
     throw err;
   }
@@ -89,6 +100,13 @@ export async function lookupNode(req: LookupRequest, deps: LookupDeps): Promise<
     const result = await attempt(req, deps);
     if ('ok' in result) {
       log.info({ node: result.ok.node.uuid, attempts: n }, 'lookup succeeded');
+      const given = result.ok.config.heartbeatTimeoutRaisedFrom;
+      if (given !== undefined) {
+        log.warn(
+          { heartbeatTimeoutS: given, usedS: result.ok.config.heartbeatTimeoutS },
+          `the conductor's heartbeat_timeout of ${given} s is below ${MIN_HEARTBEAT_TIMEOUT_S} s: heartbeating as if it were ${MIN_HEARTBEAT_TIMEOUT_S} s`,
+        );
+      }
       return result.ok;
     }
     log.warn({ attempt: n, reason: result.retry }, 'lookup failed, will retry');

@@ -8,6 +8,8 @@
 import type { Clock } from '../clock.ts';
 import { ConductorUnreachable, ironicFault, type IronicApi } from '../conductor/ironic-api.ts';
 import { InvalidLookupReply, parseLookupReply, type LookupReply } from '../conductor/lookup-reply.ts';
+import { nodeIdentProblem } from '../conductor/node-ident.ts';
+import { JsonRefused, parseBoundedJson } from '../bounded-json.ts';
 import type { Logger } from '../log.ts';
 
 export const V_INSPECTION_TOKEN = 84;
@@ -26,12 +28,18 @@ export interface CallbackDeps {
   signal?: AbortSignal;
 }
 
-function parseAccepted(text: string): { nodeUuid?: string; lookup?: LookupReply } {
+/**
+ * What an accepted reply tells: the node (and, at ≥ 1.84, lookup's config with the token). A node identifier
+ * that is no UUID or node name is not used (`unusable` says why): lookup then goes by MAC alone, as when the
+ * reply names no node, instead of sending it in a URL.
+ */
+function parseAccepted(text: string): { nodeUuid?: string; lookup?: LookupReply; unusable?: string } {
   let doc: unknown;
   try {
-    doc = JSON.parse(text);
-  } catch {
-    return {};
+    doc = parseBoundedJson(text);
+  } catch (err) {
+    if (err instanceof JsonRefused) return { unusable: `the reply is not usable JSON: ${err.message}` };
+    throw err;
   }
   const body = doc as { uuid?: unknown; node?: unknown } | null;
   if (body?.node !== undefined) {
@@ -40,9 +48,12 @@ function parseAccepted(text: string): { nodeUuid?: string; lookup?: LookupReply 
       return { nodeUuid: lookup.node.uuid, lookup };
     } catch (err) {
       if (!(err instanceof InvalidLookupReply)) throw err;
+      if (err.lasting) return { unusable: err.message };
     }
   }
-  return typeof body?.uuid === 'string' ? { nodeUuid: body.uuid } : {};
+  if (body?.uuid === undefined) return {};
+  const bad = nodeIdentProblem(body.uuid);
+  return bad === undefined ? { nodeUuid: body.uuid as string } : { unusable: `the reply's uuid ${bad}` };
 }
 
 /** `conductorVersion`: the API minor version when known (an ipa-api-url was given), else undefined (no header). */
@@ -60,8 +71,12 @@ export async function postInspection(
   for (let n = 1; ; n++) {
     try {
       const reply = await deps.api.send('POST', '', { body: payload, version, signal: deps.signal });
-      if (reply.status < 300)
-        return { kind: 'accepted', status: reply.status, attempts: n, ...parseAccepted(reply.text) };
+      if (reply.status < 300) {
+        const { unusable, ...named } = parseAccepted(reply.text);
+        if (unusable)
+          deps.log.error({ reason: unusable }, 'inspection callback reply names no usable node; lookup by MAC');
+        return { kind: 'accepted', status: reply.status, attempts: n, ...named };
+      }
       last = `HTTP ${reply.status}: ${ironicFault(reply.text)}`;
       if (reply.status !== 409 && reply.status < 500)
         return { kind: 'refused', status: reply.status, reason: last, attempts: n };
