@@ -80,8 +80,7 @@ async function attempt(req: LookupRequest, deps: LookupDeps): Promise<Attempt> {
   try {
     parsed = parseLookupReply(reply.text);
   } catch (err) {
-    if (err instanceof InvalidLookupReply && err.lasting)
-      throw new LookupNodeError(`Unusable lookup reply: ${err.message}`);
+    if (err instanceof InvalidLookupReply && err.lasting) throw new LookupNodeError(err.message);
     if (err instanceof InvalidLookupReply) return { retry: err.message };
     throw err;
   }

@@ -34,6 +34,7 @@ export interface CallbackDeps {
  * reply names no node, instead of sending it in a URL.
  */
 function parseAccepted(text: string): { nodeUuid?: string; lookup?: LookupReply; unusable?: string } {
+  if (text.trim() === '') return {};
   let doc: unknown;
   try {
     doc = parseBoundedJson(text);
