@@ -227,19 +227,25 @@ describe('one deadline for a whole exchange, on the clock', () => {
   it('an inspection callback whose reply trickles ends "failed" within ipa-inspection-timeout', async () => {
     const peer = await hostile(trickle(200));
     const clock = new VirtualClock();
+    const start = clock.now();
     const run = postInspection(
       { inventory: {} },
       { timeoutS: 20 },
       { api: api(peer.url, clock, 10), clock, log: nullLogger },
     );
-    // Each attempt's reply trickles until its 10 s deadline passes on the clock.
-    for (const n of [1, 2]) {
-      await until(() => (peer.exchanges[n - 1]?.sent ?? 0) >= 2);
-      clock.advance(10_000);
+    // Each attempt's reply trickles until the clock passes its deadline: 10 s, then what is left of the 20.
+    for (const [n, ms] of [
+      [1, 10_000],
+      [2, 5_000],
+    ] as const) {
+      await until(() => peer.exchanges.length === n && peer.exchanges[n - 1]!.sent >= 2);
+      clock.advance(ms);
     }
     const outcome = await run;
+    // 10 s for the first attempt, a 5 s pause, and the second cut at the inspection deadline.
     expect(outcome).toMatchObject({ kind: 'failed', attempts: 2 });
-    expect(outcome.kind === 'failed' && outcome.reason).toMatch(/timeout: no whole reply within 10 s/);
+    expect(outcome.kind === 'failed' && outcome.reason).toMatch(/timeout: no whole reply within 5 s/);
+    expect(clock.now() - start).toBe(20_000);
     for (const x of peer.exchanges) await x.closed;
   });
 

@@ -76,7 +76,8 @@ export class IronicApi {
   async send(
     method: 'GET' | 'POST',
     path: string,
-    opts: { version?: string; body?: unknown; signal?: AbortSignal } = {},
+    /** `withinMs`: a caller's own time left (an overall timeout), when shorter than the exchange's deadline. */
+    opts: { version?: string; body?: unknown; signal?: AbortSignal; withinMs?: number } = {},
   ): Promise<IronicReply> {
     const headers: Record<string, string> = { 'Content-Type': 'application/json', Accept: 'application/json' };
     if (opts.version) headers['X-OpenStack-Ironic-API-Version'] = opts.version;
@@ -85,7 +86,8 @@ export class IronicApi {
     let lastError: unknown;
     for (const base of [...this.urls]) {
       // Aborting the request ends it whatever stage it is at: undici destroys the socket and the body.
-      const deadline = this.clock.timeout(this.opts.timeoutS * 1000);
+      const ms = Math.max(1, Math.min(this.opts.timeoutS * 1000, opts.withinMs ?? Number.POSITIVE_INFINITY));
+      const deadline = this.clock.timeout(ms);
       const signal = opts.signal ? AbortSignal.any([opts.signal, deadline]) : deadline;
       try {
         signal.throwIfAborted();
@@ -100,7 +102,7 @@ export class IronicApi {
       } catch (err) {
         if (opts.signal?.aborted) throw err;
         lastError = deadline.aborted
-          ? new Error(`timeout: no whole reply within ${this.opts.timeoutS} s`)
+          ? new Error(`timeout: no whole reply within ${ms / 1000} s`)
           : err instanceof BodyOverCap
             ? new Error(`reply larger than ${err.cap} bytes, not read further`)
             : err;

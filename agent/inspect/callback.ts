@@ -71,7 +71,13 @@ export async function postInspection(
   let last = '';
   for (let n = 1; ; n++) {
     try {
-      const reply = await deps.api.send('POST', '', { body: payload, version, signal: deps.signal });
+      const reply = await deps.api.send('POST', '', {
+        body: payload,
+        version,
+        signal: deps.signal,
+        // No attempt outlasts ipa-inspection-timeout.
+        withinMs: deadline - deps.clock.now(),
+      });
       if (reply.status < 300) {
         const { unusable, ...named } = parseAccepted(reply.text);
         if (unusable)
