@@ -134,6 +134,8 @@ export class Heartbeater extends EventEmitter<HeartbeaterEvents> {
         version: versionHeader(this.target.version, V_VERIFY_CA),
         body: heartbeatBody(this.target),
         signal: this.halt.signal,
+        // One answered later than this is late anyway: the conductor expected the next heartbeat by then.
+        withinMs: this.target.heartbeatTimeoutS * 1000,
       });
       status = reply.status;
       if (status !== 202) reason = ironicFault(reply.text);
