@@ -22,8 +22,6 @@ export interface IronicApiOptions {
    */
   timeoutS: number;
   clock?: Clock;
-  /** The reply's cap (MAX_REPLY_BYTES unless a test says otherwise). */
-  maxReplyBytes?: number;
   requestId?: string;
   /** Skip verification of an https Ironic API (ipa-insecure). */
   insecure: boolean;
@@ -46,12 +44,10 @@ export class IronicApi {
   private urls: string[];
   private readonly dispatcher: Dispatcher;
   private readonly clock: Clock;
-  private readonly maxReplyBytes: number;
 
   constructor(private readonly opts: IronicApiOptions) {
     this.urls = [...opts.urls];
     this.clock = opts.clock ?? realClock;
-    this.maxReplyBytes = opts.maxReplyBytes ?? MAX_REPLY_BYTES;
     const timeout = opts.timeoutS * 1000;
     this.dispatcher = new Dispatcher({
       // Idle timeouts on real time, besides the deadline: a safety net should the clock be stopped.
@@ -76,7 +72,7 @@ export class IronicApi {
   async send(
     method: 'GET' | 'POST',
     path: string,
-    /** `withinMs`: a caller's own time left (an overall timeout), when shorter than the exchange's deadline. */
+    /** `withinMs`: a caller's own time left (an overall timeout) for all the URLs, when shorter than a deadline. */
     opts: { version?: string; body?: unknown; signal?: AbortSignal; withinMs?: number } = {},
   ): Promise<IronicReply> {
     const headers: Record<string, string> = { 'Content-Type': 'application/json', Accept: 'application/json' };
@@ -84,19 +80,20 @@ export class IronicApi {
     if (this.opts.requestId) headers['X-OpenStack-Request-ID'] = this.opts.requestId;
     const body = opts.body === undefined ? undefined : JSON.stringify(opts.body);
     let lastError: unknown;
+    const end = this.clock.now() + (opts.withinMs ?? Number.POSITIVE_INFINITY);
     for (const base of [...this.urls]) {
       // Aborting the request ends it whatever stage it is at: undici destroys the socket and the body.
-      const ms = Math.max(1, Math.min(this.opts.timeoutS * 1000, opts.withinMs ?? Number.POSITIVE_INFINITY));
+      const ms = Math.max(1, Math.min(this.opts.timeoutS * 1000, end - this.clock.now()));
       const deadline = this.clock.timeout(ms);
       const signal = opts.signal ? AbortSignal.any([opts.signal, deadline]) : deadline;
       try {
         signal.throwIfAborted();
         const res = await request(`${base}${path}`, { method, headers, body, dispatcher: this.dispatcher, signal });
-        if (Number(res.headers['content-length']) > this.maxReplyBytes) {
+        if (Number(res.headers['content-length']) > MAX_REPLY_BYTES) {
           res.body.destroy();
-          throw new BodyOverCap(this.maxReplyBytes);
+          throw new BodyOverCap(MAX_REPLY_BYTES);
         }
-        const text = (await readCapped(res.body, this.maxReplyBytes)).toString('utf8');
+        const text = (await readCapped(res.body, MAX_REPLY_BYTES)).toString('utf8');
         this.urls = [base, ...this.urls.filter((u) => u !== base)];
         return { status: res.statusCode, text, base };
       } catch (err) {
