@@ -1,12 +1,12 @@
 // The in-process qcow2 reader the prechecks use: what it reads of the guest disk is what qemu-img converts,
 // for plain and compressed (deflate, zstd) clusters, extended L2 entries, unallocated ranges and reads that
-// span clusters.
+// span clusters. Given only a stream's first bytes, it reads what they hold and nothing it would have to guess.
 import { randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { openQcow2Guest } from '../agent/image/qcow2/guest.ts';
+import { openQcow2Guest, qcow2PrefixView } from '../agent/image/qcow2/guest.ts';
 import { workDir } from './helpers/make-image.ts';
 
 const MiB = 1024 * 1024;
@@ -54,3 +54,25 @@ it.each([
     await guest.close();
   }
 });
+
+it.each([
+  ['plain', []],
+  ['compressed', ['-c']],
+])(
+  'reads a %s qcow2 from its first bytes only: null where a table or cluster lies beyond them',
+  async (_name, opts) => {
+    const file = join(work.dir, `p-${Math.random()}.qcow2`);
+    await execa('qemu-img', ['convert', '-q', '-f', 'raw', '-O', 'qcow2', ...opts, join(work.dir, 'g.raw'), file]);
+    const whole = await readFile(file);
+    // Enough for the tables and the guest's first MiB, not for its last.
+    const prefix = whole.subarray(0, Math.min(whole.length - 1, 2 * MiB));
+    const view = await qcow2PrefixView(prefix, false, whole.length);
+    expect(view.partial).toBe(true);
+    expect(view.head.equals(raw.subarray(0, 65536))).toBe(true);
+    expect((await view.read!(MiB - 100, 200))?.equals(raw.subarray(MiB - 100, MiB + 100))).toBe(true);
+    expect(await view.read!(5 * MiB, MiB)).toBeNull();
+    // The whole file given as the prefix reads everything.
+    const all = await qcow2PrefixView(whole, true, whole.length);
+    expect((await all.read!(0, 6 * MiB))?.equals(raw)).toBe(true);
+  },
+);

@@ -2,10 +2,12 @@
 // disk changes; otherwise the old disk is gone by the time the config drive step finds out. The rules are
 // partition.ts's: a partition labelled config-2 is reused if the drive fits it; else a new 64 MiB partition
 // goes into the largest free region (GPT, whose backup the image step moves to the disk's end) or after the
-// last partition (MBR, at most four primaries). A partition whose label cannot be seen (a streamed image
-// shows only its first 64 KiB) may be an old config-2 and be reused: the check refuses only what the write
-// would refuse too.
-import { ConfigDriveError } from '../errors.ts';
+// last partition (MBR, at most four primaries). The check refuses only what the write would refuse too: a
+// partition whose filesystem it does not recognise may be an old config-2 and be reused.
+// A streamed image shows only its first ROOM_HEAD_BYTES (a streamed qcow2: what of its guest those bytes
+// hold). When the answer hangs on a label beyond them, the image is sent the buffered way (needsBuffer),
+// where the whole image is read before the disk changes: the decision is always made before the first write.
+import { ConfigDriveError, ImageWriteError } from '../errors.ts';
 import { mbrTailRegion, tailPlacement, MiB, type Region } from '../disk/partition-table.ts';
 import type { ImageView, SinkTarget } from '../image/sinks/sink.ts';
 import { identifyDrive, isConfigDriveLabel } from './format.ts';
@@ -28,6 +30,16 @@ interface Table {
 
 /** Bytes of a partition's start that hold the labels this check reads (ISO 9660's descriptor ends at 34 KiB). */
 const LABEL_BYTES = 64 * 1024;
+
+/**
+ * How much of a streamed image (decoded; a qcow2's container) the sinks hold back for this check before the
+ * disk changes: the table and the first partitions' labels (they usually start at 1 MiB), and a qcow2's
+ * first tables and clusters. Small against the RAM an image write uses anyway.
+ */
+export const ROOM_HEAD_BYTES = 4 * 1024 * 1024;
+
+/** A partition's label as blkid reports it (null: no filesystem), or why it is not known. */
+type Label = { label: string | null } | 'unrecognised' | 'unseen';
 
 async function bytesAt(view: ImageView, offset: number, length: number): Promise<Buffer | null> {
   if (offset + length <= view.head.length) return view.head.subarray(offset, offset + length);
@@ -55,10 +67,12 @@ function noRoom(diskPath: string, regions: readonly Region[], sectorSize: number
   return `no room for a ${CONFIG_DRIVE_PARTITION_BYTES / MiB} MiB config drive partition on ${diskPath} after the image: its largest free region holds ${(free / MiB).toFixed(1)} MiB`;
 }
 
-async function readGpt(view: ImageView, disk: SinkTarget): Promise<Table | null | undefined> {
+/** The GPT, null when there is none, 'unseen' when its header or entries lie beyond what can be read. */
+async function readGpt(view: ImageView, disk: SinkTarget): Promise<Table | null | 'unseen' | 'none'> {
   const ss = disk.logicalSectorSize;
   const header = await bytesAt(view, ss, 92);
-  if (header?.toString('latin1', 0, 8) !== 'EFI PART') return undefined;
+  if (!header) return 'unseen';
+  if (header.toString('latin1', 0, 8) !== 'EFI PART') return 'none';
   const firstUsable = Number(header.readBigUInt64LE(40));
   const entriesLba = Number(header.readBigUInt64LE(72));
   const count = header.readUInt32LE(80);
@@ -66,7 +80,7 @@ async function readGpt(view: ImageView, disk: SinkTarget): Promise<Table | null 
   // Linux reads only 128-byte entries; any other size would also make the read below as large as the header says.
   if (entrySize !== 128 || count > 4096) return null;
   const entries = await bytesAt(view, entriesLba * ss, count * entrySize);
-  if (!entries) return null;
+  if (!entries) return 'unseen';
   const slots: Slot[] = [];
   for (let i = 0; i < count; i++) {
     const e = entries.subarray(i * entrySize, (i + 1) * entrySize);
@@ -112,37 +126,40 @@ function readMbr(head: Buffer, disk: SinkTarget): Table | null {
   return { kind: 'mbr', slots, noNewPartition: noRoom(disk.path, [region], ss) };
 }
 
-/**
- * A filesystem's label as blkid reports it: null when there is no filesystem it could be read from, undefined when
- * unknown.
- */
-function fsLabel(bytes: Buffer): string | null | undefined {
+/** A filesystem's label as blkid reports it: null when there is no filesystem it could be read from. */
+function fsLabel(bytes: Buffer): Label {
   const drive = identifyDrive(bytes);
-  if (drive) return drive.label;
-  if (bytes.length < 4096) return undefined;
-  if (bytes.readUInt16LE(1080) === 0xef53) return bytes.toString('latin1', 1144, 1160).replace(/\0.*$/s, '');
-  if (bytes.toString('latin1', 0, 4) === 'XFSB') return bytes.toString('latin1', 108, 120).replace(/\0.*$/s, '');
-  if (bytes.toString('latin1', 4086, 4096) === 'SWAPSPACE2')
-    return bytes.toString('latin1', 1052, 1068).replace(/\0.*$/s, '');
-  if (bytes.every((b) => b === 0)) return null;
-  return undefined;
+  if (drive) return { label: drive.label };
+  if (bytes.length < 4096) return 'unrecognised';
+  const text = (from: number, to: number) => ({ label: bytes.toString('latin1', from, to).replace(/\0.*$/s, '') });
+  if (bytes.readUInt16LE(1080) === 0xef53) return text(1144, 1160);
+  if (bytes.toString('latin1', 0, 4) === 'XFSB') return text(108, 120);
+  if (bytes.toString('latin1', 4086, 4096) === 'SWAPSPACE2') return text(1052, 1068);
+  if (bytes.every((b) => b === 0)) return { label: null };
+  return 'unrecognised';
 }
 
-/** Why the config drive could not be written after this image, or null when it could (or that cannot be told). */
+/**
+ * Why the config drive could not be written after this image; null when it could (or the write would not tell
+ * either); undefined when the answer needs bytes of the image that are not at hand.
+ */
 export async function configDriveRoomProblem(
   view: ImageView,
   disk: SinkTarget,
   driveBytes: number,
-): Promise<string | null> {
+): Promise<string | null | undefined> {
   const gpt = await readGpt(view, disk);
-  const table = gpt === undefined ? readMbr(view.head, disk) : gpt;
-  if (!table) return null;
-  const seen: { slot: Slot; label: string | null | undefined }[] = [];
+  if (gpt === 'unseen') return undefined;
+  const table = gpt === 'none' ? readMbr(view.head, disk) : gpt;
+  if (!table) return view.head.length < 512 ? undefined : null;
+  const seen: { slot: Slot; label: Label }[] = [];
   for (const slot of table.slots) {
     const bytes = await bytesAt(view, slot.start, Math.min(slot.size, LABEL_BYTES));
-    seen.push({ slot, label: bytes ? fsLabel(bytes) : undefined });
+    seen.push({ slot, label: bytes ? fsLabel(bytes) : 'unseen' });
   }
-  const labelled = seen.filter((s) => isConfigDriveLabel(s.label)).map((s) => s.slot);
+  const labelled = seen
+    .filter((s) => typeof s.label === 'object' && isConfigDriveLabel(s.label.label))
+    .map((s) => s.slot);
   if (labelled.length > 1) {
     return `more than one partition of the image is labelled "config-2" (partitions ${labelled.map((s) => s.number).join(', ')})`;
   }
@@ -152,9 +169,15 @@ export async function configDriveRoomProblem(
       ? `the config drive (${driveBytes} bytes) does not fit the image's config-2 partition ${slot.number} (${slot.size} bytes)`
       : null;
   }
-  if (!table.noNewPartition) return null;
-  // One whose label is unknown may be a config-2 the write would reuse.
-  if (seen.some((s) => s.label === undefined && s.slot.size >= driveBytes)) return null;
+  const maybe = (label: Label, fits: boolean) =>
+    seen.filter((s) => s.label === label && s.slot.size >= driveBytes === fits);
+  if (!table.noNewPartition) {
+    // An unseen partition too small for the drive may be an old config-2, which the write would reuse and fail.
+    return maybe('unseen', false).length > 0 ? undefined : null;
+  }
+  // One the drive fits whose filesystem is not recognised may be a config-2 the write would reuse.
+  if (maybe('unrecognised', true).length > 0) return null;
+  if (maybe('unseen', true).length > 0) return undefined;
   return `${table.noNewPartition}, and no partition of it is labelled "config-2"`;
 }
 
@@ -165,6 +188,12 @@ export function configDriveRoomCheck(disk: SinkTarget, drive: ConfigDriveImage):
   const driveBytes = drive.sectorSize < ss ? 0 : Math.ceil(drive.bytes.length / ss) * ss;
   return async (view) => {
     const problem = await configDriveRoomProblem(view, disk, driveBytes);
+    if (problem === undefined && view.partial) {
+      throw new ImageWriteError(
+        `whether the config drive fits on ${disk.path} depends on parts of the image beyond its first ${ROOM_HEAD_BYTES} bytes`,
+        { needsBuffer: true },
+      );
+    }
     if (problem)
       throw new ConfigDriveError(
         `Config drive cannot be written to ${disk.path}: ${problem}; refused before writing the image`,

@@ -4,7 +4,7 @@
 import type { AgentServices } from '../services.ts';
 import type { CommandContext } from '../commands/types.ts';
 import { prepareConfigDrive, writeConfigDrivePartition, type ConfigDriveImage } from '../configdrive/prepare.ts';
-import { configDriveRoomCheck } from '../configdrive/room.ts';
+import { configDriveRoomCheck, ROOM_HEAD_BYTES } from '../configdrive/room.ts';
 import { readPartitionUuids } from '../disk/partition-uuids.ts';
 import { chooseRootDevice } from '../disk/root-device.ts';
 import { DeploymentError, errorText } from '../errors.ts';
@@ -98,8 +98,11 @@ async function deployImage(
     'image requested',
   );
   const { signal } = ctx;
-  // Whether the config drive will fit is known from the image's partition table: refused before the disk changes.
-  const target = drive ? { ...device, precheck: configDriveRoomCheck(device, drive) } : device;
+  // Whether the config drive will fit is decided from the image before the disk changes (a stream whose head
+  // cannot tell goes the buffered way); a refusal leaves the disk as it was.
+  const target = drive
+    ? { ...device, precheck: configDriveRoomCheck(device, drive), precheckHeadBytes: ROOM_HEAD_BYTES }
+    : device;
   const written = await writeImage({ services, info, device: target, meter, signal });
   log.info({ device: device.path, path: written.path, bytes: written.bytes }, 'image written');
 

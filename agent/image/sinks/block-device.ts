@@ -9,7 +9,7 @@ import { pipeline } from 'node:stream/promises';
 
 export class BlockDeviceSink implements Sink {
   readonly name = 'block device';
-  readonly headBytes = INSPECT_HEAD_BYTES;
+  readonly headBytes: number;
   private head: Buffer = Buffer.alloc(0);
 
   private constructor(
@@ -17,7 +17,9 @@ export class BlockDeviceSink implements Sink {
     private readonly writer: BlockWriter,
     /** The head was inspected already (a buffered image): only clear the device. */
     private readonly inspected: boolean,
-  ) {}
+  ) {
+    this.headBytes = inspected ? INSPECT_HEAD_BYTES : target.headBytes;
+  }
 
   static async open(target: DeviceTarget, opts: { inspected: boolean }): Promise<BlockDeviceSink> {
     const writer = await BlockWriter.open(target.path, target.device.size, target.guard as DeviceGuard);

@@ -7,7 +7,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { ImageWriteError } from '../../errors.ts';
 import { mortal } from '../../exec.ts';
-import { INSPECT_HEAD_BYTES } from '../inspect.ts';
 import { DECODER_TOOL, type Compressed } from '../sniff.ts';
 import type { DeviceTarget } from './device-target.ts';
 import type { HeadFacts, Sink, SinkResult } from './sink.ts';
@@ -20,7 +19,7 @@ import { assertStarted, decodeFailure, exitOf, failed, feed, reason, type Exit }
  */
 export class DecoderPipe implements Sink {
   readonly name = 'decoder pipe';
-  readonly headBytes = INSPECT_HEAD_BYTES;
+  readonly headBytes: number;
   private readonly decoded: Promise<Exit>;
   private readonly copied: Promise<Exit>;
   private head: Buffer = Buffer.alloc(0);
@@ -31,6 +30,7 @@ export class DecoderPipe implements Sink {
     private readonly decoder: ChildProcess,
     private readonly dd: ChildProcess,
   ) {
+    this.headBytes = target.headBytes;
     this.decoded = exitOf(decoder);
     this.copied = exitOf(dd);
     // A decoder that dies leaves its stdin broken; the exit status tells the story.

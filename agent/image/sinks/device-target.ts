@@ -6,7 +6,7 @@ import { AgentError, ImageWriteError, errorText } from '../../errors.ts';
 import type { Logger } from '../../log.ts';
 import type { DeviceGuard } from '../../safety/device-guard.ts';
 import { refuseUnsafe } from '../gates.ts';
-import { inspectImage } from '../inspect.ts';
+import { INSPECT_HEAD_BYTES, inspectImage } from '../inspect.ts';
 import { clearSignatures } from '../../disk/signatures.ts';
 import type { HeadFacts, SinkTarget } from './sink.ts';
 
@@ -21,6 +21,11 @@ export class DeviceTarget {
     return this.device.path;
   }
 
+  /** How many leading image bytes a sink streaming onto this target shows its checks. */
+  get headBytes(): number {
+    return Math.max(INSPECT_HEAD_BYTES, this.device.precheck ? (this.device.precheckHeadBytes ?? 0) : 0);
+  }
+
   /** The checks of a streamed head (and the target's own precheck); throws before anything on the device changes. */
   async refuseStreamedHead(head: Buffer, facts: HeadFacts): Promise<void> {
     const found = inspectImage(head);
@@ -33,7 +38,7 @@ export class DeviceTarget {
         },
       );
     }
-    await this.device.precheck?.({ head });
+    await this.device.precheck?.({ head, partial: true });
   }
 
   /**

@@ -15,6 +15,7 @@ import { refuseUnsafe } from '../gates.ts';
 import type { ImageInfo } from '../image-info.ts';
 import { INSPECT_HEAD_BYTES, inspectImage } from '../inspect.ts';
 import { decodedStream } from '../qcow2/decoded-stream.ts';
+import { qcow2PrefixView } from '../qcow2/guest.ts';
 import { parseQcow2Header } from '../qcow2/header.ts';
 import { PositionalWriter } from '../qcow2/positional-writer.ts';
 import { Qcow2Reader } from '../qcow2/reader.ts';
@@ -42,7 +43,7 @@ async function spoolBudget(configuredMiB: number): Promise<number> {
 
 export class Qcow2Sink implements Sink {
   readonly name = 'qcow2 reader';
-  readonly headBytes = INSPECT_HEAD_BYTES;
+  readonly headBytes: number;
   private reader: Qcow2Reader | null = null;
   private writer: PositionalWriter | null = null;
   private virtualSize = 0;
@@ -54,7 +55,9 @@ export class Qcow2Sink implements Sink {
     private readonly declared: string | undefined,
     private readonly config: ImageConfig,
     private readonly spoolBytes: number,
-  ) {}
+  ) {
+    this.headBytes = target.headBytes;
+  }
 
   static async open(
     kind: Compression,
@@ -82,6 +85,8 @@ export class Qcow2Sink implements Sink {
     const declaredLength = facts.compression === 'none' ? facts.totalBytes : undefined;
     const layout = parseQcow2Header(head, { deviceSize: device.size, declaredLength });
     this.virtualSize = layout.virtualSize;
+    if (device.precheck)
+      await device.precheck(await qcow2PrefixView(head, head.length < this.headBytes, declaredLength));
     await this.target.clear();
     this.writer = await PositionalWriter.open(device.path, layout.virtualSize, this.target.guard, this.target.log);
     this.reader = new Qcow2Reader(layout, this.writer, { spoolBudget: this.spoolBytes, declaredLength });

@@ -16,6 +16,8 @@ export interface SinkTarget {
    * drive's room); throws an IPA wire error. Called once per attempt with the image as it will be on the device.
    */
   precheck?: (image: ImageView) => Promise<void>;
+  /** How many leading bytes of a streamed image the precheck wants to see (default: the inspected head). */
+  precheckHeadBytes?: number;
 }
 
 /** The image as it will be on the device: its first bytes always, any bytes when the whole image is at hand. */
@@ -23,6 +25,11 @@ export interface ImageView {
   head: Buffer;
   /** Bytes from `offset` (fewer past the image's end), or null where they cannot be read. */
   read?: (offset: number, length: number) => Promise<Buffer | null>;
+  /**
+   * Only a prefix of the image is at hand (a stream): a check that needs more may throw needsBuffer, and the
+   * image goes the buffered way, where all of it is.
+   */
+  partial?: boolean;
 }
 
 /** What the gate knows when it hands the head over. */
