@@ -5,7 +5,8 @@
 # /var/cache/ironic-node-agent/node (INA_CACHE_DIR), or, for a user who cannot write there and finds no verified
 # copy in it, that user's own $XDG_CACHE_HOME/ironic-node-agent/node (default ~/.cache).
 #   scripts/node.sh ARGS...   runs the pinned node with ARGS, its directory first on PATH, so that whatever
-#                             a test or tool starts as `node` is the same binary
+#                             a test or tool starts as `node` is the same binary (and the sbin directories
+#                             last, for a user whose PATH has none)
 #   scripts/node.sh --where   prints "VERSION PATH-OF-NODE" (for image-build/build.sh)
 set -euo pipefail
 version=24.22.3
@@ -52,4 +53,8 @@ if [ "${1:-}" = --where ]; then
   echo "$version $node"
   exit 0
 fi
+# A user's PATH lacks the sbin directories, where sgdisk, mkfs.* and the other tools the tests run live.
+for d in /usr/local/sbin /usr/sbin /sbin; do
+  case ":$PATH:" in *":$d:"*) ;; *) PATH="$PATH:$d" ;; esac
+done
 PATH="$dir/package/bin:$PATH" exec "$node" "$@"
