@@ -33,7 +33,7 @@ const epoch = Number(need('epoch'));
 // Stdout carries the summary build.sh reads; the stages go to stderr, each with the seconds since the start.
 const started = Date.now();
 const stage = (what: string) =>
-  process.stderr.write(`assemble: ${what} (${Math.round((Date.now() - started) / 1000)} s)\n`);
+  process.stderr.write(`assemble (${Math.round((Date.now() - started) / 1000)} s): ${what}\n`);
 const mib = (n: number) => `${(n / 1048576).toFixed(1)} MiB`;
 const outDir = need('out');
 
