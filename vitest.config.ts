@@ -2,8 +2,10 @@ import { defineConfig } from 'vitest/config';
 
 /**
  * Tests that need root: loop devices, device writes, blkio throttling, spawned agents on devices. Everything
- * else is the fast project (`npm run test:fast`): no root, no devices, seconds on a laptop. docs/testing.md.
+ * else is the fast project (`npm run test:fast`): no root, no devices, seconds on a laptop; CORPORA, the qcow2
+ * corpora read and fuzzed against qemu-img (no root, but half a minute of CPU), run with `npm test`. docs/testing.md.
  */
+const CORPORA = ['test/qcow2-reader.test.ts', 'test/qcow2-fuzz.test.ts'];
 const DEVICE = [
   'test/agent-crash-restart.test.ts',
   'test/burnin.test.ts',
@@ -48,8 +50,13 @@ export default defineConfig({
     // Loop devices and disks are machine-wide; two workers keep the 2-core CI busy without thrashing.
     pool: 'forks',
     maxWorkers: 2,
+    reporters: ['default', './test/helpers/start-reporter.ts'],
     projects: [
-      { extends: true, test: { name: 'fast', include: ['test/**/*.test.ts'], exclude: [...ELSEWHERE, ...DEVICE] } },
+      {
+        extends: true,
+        test: { name: 'fast', include: ['test/**/*.test.ts'], exclude: [...ELSEWHERE, ...DEVICE, ...CORPORA] },
+      },
+      { extends: true, test: { name: 'corpora', include: CORPORA } },
       { extends: true, test: { name: 'device', include: DEVICE } },
     ],
   },

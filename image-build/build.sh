@@ -65,6 +65,7 @@ else
   (cd "$repo" && npx --no-install tsx "$here/assemble.ts" --debs "$work/debs.txt" --node-version "$node_version" \
     --node "$node_bin" --bundles "$work/bundles" --agent-version "$agent_version" --out "$out" \
     --epoch "$SOURCE_DATE_EPOCH") > "$out/summary.json"
+  echo "build.sh: extracting the uncompressed kernel for QEMU" >&2
   # QEMU-only shortcut: the uncompressed kernel boots by its PVH entry, skipping real mode and the
   # decompressor (seconds under software emulation). Bare metal and PXE use vmlinuz.
   xz_at=$(node -e 'const b = require("fs").readFileSync(process.argv[1]);

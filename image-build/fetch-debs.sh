@@ -35,9 +35,12 @@ for pkg in "${closure[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "fetch-debs: downloading ${#missing[@]} packages" >&2
-  (cd "$cache/debs" && apt-get download -qq -o APT::Sandbox::User=root "${missing[@]}" >&2)
+  # apt's one line per file fetched, with its size, so a cold download shows its progress.
+  (cd "$cache/debs" && apt-get download -q -o APT::Sandbox::User=root "${missing[@]}" >&2)
 fi
 
+unpacked=$( (compgen -G "$cache/x/*/.done" || true) | wc -l)
+[ "$unpacked" -ge ${#closure[@]} ] || echo "fetch-debs: unpacking up to $((${#closure[@]} - unpacked)) packages" >&2
 for pkg in "${closure[@]}"; do
   v=${version[$pkg]}
   file=$(ls "$cache/debs/${pkg}_${v//:/%3a}_"*.deb | head -1)

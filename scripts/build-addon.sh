@@ -11,7 +11,8 @@ read -r version node < <(bash scripts/node.sh --where)
 include="$(dirname "$(dirname "$node")")/include/node"
 stamp="$version $(sha256sum "$src" "$0" | sha256sum | cut -d' ' -f1)"
 if [ -e "$out" ] && [ "$(cat "$out.stamp" 2>/dev/null)" = "$stamp" ]; then exit 0; fi
-command -v gcc >/dev/null || { echo "build-addon.sh: gcc is required (Debian package gcc)" >&2; exit 1; }
+command -v gcc >/dev/null ||
+  { echo "build-addon.sh: gcc is missing; as root, run: apt-get install -y --no-install-recommends gcc libc6-dev" >&2; exit 1; }
 # Reproducible: no build id, no paths of this checkout in the object.
 gcc -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden -Wl,--build-id=none \
   -ffile-prefix-map="$PWD"=. -I"$include" -o "$out.tmp" "$src"

@@ -7,7 +7,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ ! -x node_modules/.bin/vitest ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  npm ci --no-audit --no-fund --loglevel=error
+  echo "ensure-deps.sh: installing npm packages (npm ci)" >&2
+  # The host's npm, run by the pinned Node (fetched first) when npm is a Node script as usual: the packages'
+  # engines (Node >= 22 or 24) are then checked against the Node that runs them, not the host's older one, and
+  # their install scripts run on it too.
+  npm_cli=$(readlink -f "$(command -v npm)")
+  if head -n1 "$npm_cli" | grep -q '^#!.*node'; then
+    bash scripts/node.sh "$npm_cli" ci --no-audit --no-fund
+  else
+    npm ci --no-audit --no-fund
+  fi
 fi
 
 # command -> Debian package
@@ -35,16 +44,23 @@ if [ "${1:-}" = vm ]; then
 fi
 missing=()
 for cmd in "${!tools[@]}"; do
-  command -v "$cmd" >/dev/null 2>&1 || missing+=("${tools[$cmd]}")
+  # A user's PATH lacks the sbin directories where most of these tools live.
+  PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$cmd" >/dev/null 2>&1 || missing+=("${tools[$cmd]}")
 done
 for f in "${!files[@]}"; do
   [ -e "$f" ] || missing+=("${files[$f]}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   mapfile -t pkgs < <(printf '%s\n' "${missing[@]}" | sort -u)
-  echo "installing Debian packages: ${pkgs[*]}" >&2
-  if [ "$(id -u)" -ne 0 ]; then echo "need root to apt-get install ${pkgs[*]}" >&2; exit 1; fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "ensure-deps.sh: missing Debian packages; as root, run: apt-get install -y --no-install-recommends ${pkgs[*]}" >&2
+    exit 1
+  fi
+  echo "ensure-deps.sh: installing Debian packages and what they depend on: ${pkgs[*]}" >&2
+  # apt's own lines, less the per-file unpacking chatter: what it fetches (with sizes) and sets up, as it goes.
+  compact() { sed -u -E '/^(Reading|Building|Selecting|\(Reading|Preparing|Unpacking|Processing|The following|  )/d; s/^/  apt: /'; }
+  apt-get update -q | compact
+  # Waits for another apt (a second suite, an unattended upgrade) instead of failing on its lock.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=600 --no-install-recommends "${pkgs[@]}" | compact
 fi
 bash scripts/build-addon.sh

@@ -1,10 +1,10 @@
-import { mkdir, mkdtemp, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { buildConfig, loadConfig } from '../agent/config/config.ts';
 import { parseFlags, parseKernelCmdline } from '../agent/config/sources.ts';
+import { testTempDir } from './helpers/temp-dir.ts';
 
 const build = (kernel: string, flags: string[] = []) => buildConfig(parseKernelCmdline(kernel), parseFlags(flags));
 
@@ -69,7 +69,7 @@ describe('configuration', () => {
   });
 
   it('reads the command line from the file --kernel-cmdline names', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'ina-cfg-'));
+    const dir = await testTempDir('ina-cfg-');
     await writeFile(join(dir, 'cmdline'), 'ipa-api-url=http://127.0.0.1:6385 ipa-listen-port=1234\n');
     const c = loadConfig([`--kernel-cmdline=${join(dir, 'cmdline')}`]);
     expect(c.listen.port).toBe(1234);
@@ -77,7 +77,7 @@ describe('configuration', () => {
   });
 
   it("reads IPA's configuration files as oslo.config does: the file, then the directory's *.conf in name order; they override the kernel command line, flags override them", async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'ina-cfg-'));
+    const dir = await testTempDir('ina-cfg-');
     await writeFile(
       join(dir, 'cmdline'),
       'ipa-api-url=http://10.0.0.1:6385 ipa-listen-port=1000 ipa-lookup-timeout=5\n',
@@ -110,7 +110,7 @@ describe('configuration', () => {
   });
 
   it('names the file and option of a bad value, refuses a line that is no option, and lists the options it does not act on', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'ina-cfg-'));
+    const dir = await testTempDir('ina-cfg-');
     await writeFile(join(dir, 'cmdline'), 'ipa-api-url=http://10.0.0.1:6385\n');
     const conf = join(dir, 'agent.conf');
     const load = () => loadConfig([`--kernel-cmdline=${join(dir, 'cmdline')}`, `--config-file=${conf}`]);

@@ -2,11 +2,11 @@
 // against dnsmasq sending router advertisements and answering stateful DHCPv6, as IPv6 provisioning networks do,
 // in a network namespace and a private mount namespace this test creates (root): /run, /var/lib, resolv.conf and
 // the kernel log stay the test's own.
-import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { afterEach, describe, expect, it } from 'vitest';
+import { testTempDir } from './helpers/temp-dir.ts';
 
 const ROOTFS = join(import.meta.dirname, '..', 'image-build', 'rootfs');
 const ns = `ina-dhcp6-${process.pid}`;
@@ -21,7 +21,7 @@ describe('dhcpcd (IPv6) as the ramdisk runs it, inside a network namespace', () 
   });
 
   it('takes the stateful DHCPv6 address, the default route from the router advertisement, the name server, and leaves the lease mark /init waits for', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'ina-dhcp6-'));
+    const dir = await testTempDir('ina-dhcp6-');
     await writeFile(join(dir, 'resolv.conf'), '');
     const inNs = (...args: string[]) => execa('ip', ['-n', ns, ...args]);
     await execa('ip', ['netns', 'add', ns]);

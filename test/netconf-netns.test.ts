@@ -1,11 +1,11 @@
 // The helper /init runs on a virtual-media boot (agent/netconf/main.ts), applied for real inside a network
 // namespace this test creates (root).
-import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DOC, MAC_A, MAC_B } from './helpers/network-data-doc.ts';
+import { testTempDir } from './helpers/temp-dir.ts';
 
 describe('network_data.json: the helper /init runs, inside a network namespace', () => {
   const ns = `ina-netconf-${process.pid}`;
@@ -15,7 +15,7 @@ describe('network_data.json: the helper /init runs, inside a network namespace',
 
   // This host's kernel has veth but neither bonding nor 8021q: bonds and VLANs are checked as plans (above).
   it('gives a veth NIC its static address and default route, leaves the DHCP one alone, writes the nameservers, and names the NIC it configured', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'ina-netconf-'));
+    const dir = await testTempDir('ina-netconf-');
     await execa('ip', ['netns', 'add', ns]);
     const inNs = (...args: string[]) => execa('ip', ['-n', ns, ...args]);
     await inNs('link', 'add', 'p0', 'address', MAC_A, 'type', 'veth', 'peer', 'name', 'q0');
@@ -59,7 +59,7 @@ describe('network_data.json: the helper /init runs, inside a network namespace',
   });
 
   it('undoes what it made when a step fails, so that DHCP starts from a clean NIC', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'ina-netconf-'));
+    const dir = await testTempDir('ina-netconf-');
     await execa('ip', ['netns', 'add', ns]);
     await execa('ip', ['-n', ns, 'link', 'add', 'p0', 'address', MAC_A, 'type', 'veth', 'peer', 'name', 'q0']);
     // The route's gateway is not on the link: the kernel refuses it after the address went on.

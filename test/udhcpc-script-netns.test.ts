@@ -1,7 +1,7 @@
 // The ramdisk's DHCP hook (image-build/rootfs/etc/udhcpc.script) as busybox udhcpc calls it: the lease in
 // environment variables, run with the real `ip` inside a network namespace and a private mount namespace this
 // test creates (root), so that its /etc/resolv.conf and /run/ina are the test's own.
-import { mkdir, mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -42,6 +42,7 @@ describe('udhcpc.script, inside a network namespace', () => {
   });
   afterEach(async () => {
     await execa('ip', ['netns', 'del', ns], { reject: false });
+    await rm(dir, { recursive: true, force: true });
   });
 
   it('applies classless static routes (option 121) instead of the router option, the MTU, the address and DNS', async () => {
