@@ -133,7 +133,7 @@ export class StepCatalogue {
         continue;
       }
       if (typeof support !== 'number' || !Number.isInteger(support) || support < 0) {
-        failed.push({ source, reason: `manager ${m.name}: support level ${String(support)} is not an integer ≥ 0` });
+        failed.push({ source, reason: `manager ${m.name}: support level ${String(support)} is not an integer >= 0` });
         continue;
       }
       if (support === 0) {

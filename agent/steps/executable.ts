@@ -93,7 +93,7 @@ export function managerFromManifest(manifest: unknown, dir: string): HardwareMan
   if (stray.length > 0) return `unknown manifest keys: ${stray.join(', ')}`;
   const { name, class_name, version, support, steps } = manifest;
   if (typeof support !== 'number' || !Number.isInteger(support) || support < 0) {
-    return 'support must be an integer ≥ 0 (IPA: 1 generic, 2 mainline, 3 service provider)';
+    return 'support must be an integer >= 0 (IPA: 1 generic, 2 mainline, 3 service provider)';
   }
   if (!Array.isArray(steps)) return 'steps must be a list';
   const built: StepDescriptor[] = [];
