@@ -167,7 +167,7 @@ describe('plugins from a folder, through the API', () => {
     await script(
       'firmware.sh',
       `args=$(cat)
-echo "step $INA_STEP in $INA_PHASE for $(printf '%s' "$INA_NODE" | grep -o '"uuid":"[^"]*"')"
+echo "step $INA_STEP in $INA_PHASE for $INA_NODE_UUID $(grep -o '"uuid":"[^"]*"' "$INA_NODE_FILE")"
 printf '%s' "$args" > "${out}.$INA_STEP"
 echo "a warning on stderr" >&2
 case "$args" in *'"exit":'*) code=$(printf '%s' "$args" | sed 's/.*"exit":\\([0-9]*\\).*/\\1/'); exit "$code";; esac
@@ -312,7 +312,7 @@ export const manager = {
     expect(JSON.parse(await readFile(`${out}.update_firmware`, 'utf8'))).toEqual({ version: '2.7' });
     const said = captured.lines.filter((l) => l.step === 'update_firmware' && l.stream);
     expect(said).toEqual([
-      expect.objectContaining({ stream: 'stdout', msg: 'step update_firmware in clean for "uuid":"n1"' }),
+      expect.objectContaining({ stream: 'stdout', msg: 'step update_firmware in clean for n1 "uuid":"n1"' }),
       expect.objectContaining({ stream: 'stderr', msg: 'a warning on stderr' }),
     ]);
   });

@@ -2,11 +2,12 @@
 // program and the step's descriptor; the agent runs the program with the step's args as JSON on stdin, logs
 // each line it prints as it prints it, stops it (and what it started) when the step is cancelled, and reads
 // its exit status as one of IPA's error classes (EXIT below, docs/operating.md).
+import { writeFile } from 'node:fs/promises';
 import { isAbsolute, join } from 'node:path';
-import { chooseRootDevice } from '../disk/root-device.ts';
-import { rootHintsOf } from '../disk/root-device.ts';
+import { chooseRootDevice, rootHintsOf } from '../disk/root-device.ts';
 import { IncompatibleHardwareMethodError, InvalidCommandParamsError } from '../errors.ts';
 import { runStreamed } from '../exec.ts';
+import { withTempDir } from '../host/temp-dir.ts';
 import { isObject } from '../parse.ts';
 import { descriptorProblem } from './catalogue.ts';
 import { PHASE_ERROR } from './dispatch.ts';
@@ -32,26 +33,32 @@ interface ExecSpec {
 }
 
 async function runProgram(spec: ExecSpec, name: string, args: Readonly<Record<string, unknown>>, ctx: StepContext) {
+  const node = ctx.node ?? {};
   const env: Record<string, string> = {
     INA_STEP: name,
     INA_PHASE: ctx.phase,
-    INA_NODE: JSON.stringify(ctx.node ?? {}),
+    INA_NODE_UUID: typeof node.uuid === 'string' ? node.uuid : '',
   };
   if (spec.rootDevice) {
     // The program writes the disk the agent chose through its guard, never one of its own choosing.
-    env.INA_ROOT_DEVICE = (await chooseRootDevice(ctx, rootHintsOf(ctx.node))).path;
+    env.INA_ROOT_DEVICE = (await chooseRootDevice(ctx, rootHintsOf(node))).path;
   }
   const log = ctx.log.child({ step: name, program: spec.program });
-  log.info({ env: { ...env, INA_NODE: undefined } }, 'running the step program');
+  log.info({ env }, 'running the step program');
   let lines = 0;
-  const result = await runStreamed(spec.program, spec.argv, {
-    input: JSON.stringify(args),
-    signal: ctx.signal,
-    env,
-    onLine: (stream, line) => {
-      if (++lines > MAX_LOGGED_LINES) return;
-      log.info({ stream }, line.slice(0, MAX_LINE));
-    },
+  // The node goes in a file, not the environment: a deploy step's node carries the config drive, which can be
+  // larger than the kernel takes for one variable.
+  const result = await withTempDir('ina-step-', async (dir) => {
+    await writeFile(join(dir, 'node.json'), JSON.stringify(node), { mode: 0o600 });
+    return runStreamed(spec.program, spec.argv, {
+      input: JSON.stringify(args),
+      signal: ctx.signal,
+      env: { ...env, INA_NODE_FILE: join(dir, 'node.json') },
+      onLine: (stream, line) => {
+        if (++lines > MAX_LOGGED_LINES) return;
+        log.info({ stream }, line.slice(0, MAX_LINE));
+      },
+    });
   });
   if (lines > MAX_LOGGED_LINES) log.warn({ unlogged: lines - MAX_LOGGED_LINES }, 'the program printed more lines');
   ctx.signal.throwIfAborted();
