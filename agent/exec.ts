@@ -135,7 +135,7 @@ export async function runStreamed(
     const emit = (line: string) => {
       opts.onLine(stream, line);
       if (stream === 'stderr') {
-        stderrTail.push(line);
+        stderrTail.push(line.slice(0, 4096));
         if (stderrTail.length > 20) stderrTail.shift();
       }
     };
@@ -143,6 +143,11 @@ export async function runStreamed(
       const parts = (rest + String(chunk)).split('\n');
       rest = parts.pop() ?? '';
       for (const p of parts) emit(p);
+      // a program that never ends its line must not grow this without bound
+      if (rest.length > 65_536) {
+        emit(rest);
+        rest = '';
+      }
     }
     if (rest !== '') emit(rest);
   };
