@@ -4,11 +4,12 @@ import { createApp } from './api/app.ts';
 import { realClock, type Clock } from './clock.ts';
 import { startServer, type RunningServer, type TlsMaterial } from './api/server.ts';
 import { CommandExecutor } from './commands/executor.ts';
-import { extensions } from './commands/registry.ts';
+import { commandExtensions } from './commands/registry.ts';
 import type { AgentServices } from './services.ts';
 import type { Extension } from './commands/types.ts';
 import type { Config } from './config/config.ts';
 import { HostActions } from './host/host-actions.ts';
+import { loadCatalogue } from './steps/plugins.ts';
 import type { Logger } from './log.ts';
 import { DeviceGuard } from './safety/device-guard.ts';
 import { AgentState } from './state.ts';
@@ -24,7 +25,7 @@ export interface Agent {
 export function createAgent(
   config: Config,
   log: Logger,
-  registry: Readonly<Record<string, Extension>> = extensions,
+  registry?: Readonly<Record<string, Extension>>,
   clock: Clock = realClock,
 ): Agent {
   const state = new AgentState(AGENT_VERSION, config.token.agentToken ?? null);
@@ -36,7 +37,9 @@ export function createAgent(
     host: new HostActions(config.hostActions, log),
     clock,
   };
-  const executor = new CommandExecutor(registry, services);
+  // The built-in steps and the operator's plugins; loading starts now, and the API serves once it is done.
+  const catalogue = loadCatalogue(config.hardwareManagersDir, log);
+  const executor = new CommandExecutor(registry ?? commandExtensions(catalogue), services);
   if (config.standalone) {
     // Without a conductor link (which boots again itself), a simulated power action forgets token and
     // history; a command still running is cancelled and waited for, and the agent is busy until then.
@@ -55,6 +58,10 @@ export function createAgent(
   return {
     services,
     executor,
-    listen: (tls) => startServer(app, config.listen.host, config.listen.port, tls),
+    listen: async (tls) => {
+      // A plugin left out says why in the command history too (the `hardware.get_managers` record).
+      if (!registry && (await catalogue).failures.length > 0) await executor.submit('hardware.get_managers', {});
+      return startServer(app, config.listen.host, config.listen.port, tls);
+    },
   };
 }

@@ -172,6 +172,12 @@ export class SystemRebootError extends AgentError {
 export class IncompatibleHardwareMethodError extends AgentError {
   static override summary = 'HardwareManager method is not compatible with hardware';
 }
+export class HardwareManagerMethodNotFound extends AgentError {
+  static override summary = 'No HardwareManager found to handle method';
+}
+export class HardwareManagerConfigurationError extends AgentError {
+  static override summary = 'Hardware manager configuration error';
+}
 /** An external tool is missing or failed; details carry the command line, exit code and stderr. */
 export class ToolError extends CommandExecutionError {
   /** The tool's exit status when it ran and failed; null when it never ran, timed out or was cancelled. */

@@ -91,3 +91,92 @@ export async function hasTool(file: string): Promise<boolean> {
   const r = await execa('sh', ['-c', `command -v ${file}`], { reject: false });
   return r.exitCode === 0;
 }
+
+export interface StreamedRun {
+  /** The exit status, or null when a signal ended the program. */
+  exitCode: number | null;
+  signal: string | null;
+  /** The last lines of stderr (at most 20), for an error's details. */
+  stderrTail: string[];
+}
+
+/**
+ * A program that may run long and talk much (an operator's step): `input` on its stdin, each line of its
+ * stdout and stderr handed to `onLine` as it comes, nothing buffered. It runs in its own process group, so
+ * that `signal` stops it and whatever it started: SIGTERM to the group, SIGKILL after `graceMs`.
+ */
+export async function runStreamed(
+  file: string,
+  args: readonly string[],
+  opts: {
+    input: string;
+    signal: AbortSignal;
+    cwd?: string;
+    /** Added to the agent's environment. */
+    env?: Record<string, string>;
+    onLine(stream: 'stdout' | 'stderr', line: string): void;
+    graceMs?: number;
+  },
+): Promise<StreamedRun> {
+  const child = execa(...mortal(file, args), {
+    input: opts.input,
+    cwd: opts.cwd,
+    env: opts.env,
+    detached: true,
+    buffer: false,
+    reject: false,
+    stripFinalNewline: true,
+    encoding: 'utf8',
+  });
+  const stderrTail: string[] = [];
+  const lines = async (stream: 'stdout' | 'stderr') => {
+    const source = stream === 'stdout' ? child.stdout : child.stderr;
+    let rest = '';
+    const emit = (line: string) => {
+      opts.onLine(stream, line);
+      if (stream === 'stderr') {
+        stderrTail.push(line.slice(0, 4096));
+        if (stderrTail.length > 20) stderrTail.shift();
+      }
+    };
+    for await (const chunk of source) {
+      const parts = (rest + String(chunk)).split('\n');
+      rest = parts.pop() ?? '';
+      for (const p of parts) emit(p);
+      // a program that never ends its line must not grow this without bound
+      if (rest.length > 65_536) {
+        emit(rest);
+        rest = '';
+      }
+    }
+    if (rest !== '') emit(rest);
+  };
+  const group = (sig: NodeJS.Signals) => {
+    try {
+      if (child.pid) process.kill(-child.pid, sig);
+    } catch {
+      // the group is gone already
+    }
+  };
+  let killer: NodeJS.Timeout | undefined;
+  const stop = () => {
+    group('SIGTERM');
+    killer = setTimeout(() => group('SIGKILL'), opts.graceMs ?? 5000);
+  };
+  if (opts.signal.aborted) stop();
+  else opts.signal.addEventListener('abort', stop, { once: true });
+  try {
+    const [result] = await Promise.all([child, lines('stdout'), lines('stderr')]);
+    if (result.failed && result.exitCode === undefined && !result.signal) {
+      const code = (result.cause as NodeJS.ErrnoException | undefined)?.code;
+      throw new ToolError(`${commandLine(file, args)} could not be started${code ? ` (${code})` : ''}`);
+    }
+    if (notExecuted(result.exitCode, stderrTail.join('\n'))) {
+      throw new ToolError(`${commandLine(file, args)} failed (not installed or not executable)`);
+    }
+    return { exitCode: result.exitCode ?? null, signal: result.signal ?? null, stderrTail };
+  } finally {
+    opts.signal.removeEventListener('abort', stop);
+    if (killer) clearTimeout(killer);
+  }
+}

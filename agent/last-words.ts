@@ -7,17 +7,10 @@ import { appendFileSync, readFileSync } from 'node:fs';
 import type { CommandExecutor } from './commands/executor.ts';
 import { CommandExecutionError } from './errors.ts';
 import { flushLogsSync, type Logger } from './log.ts';
-import type { AgentState } from './state.ts';
+import type { AgentState, CrashReport } from './state.ts';
 import { statusDocument, writeStatusSync, type StatusFile } from './status-file.ts';
 
-export interface CrashReport {
-  /** Epoch seconds. */
-  at: number;
-  error: string;
-  stack: string;
-  /** The command that was running, now FAILED. */
-  command?: { id: string; name: string };
-}
+export type { CrashReport };
 
 /** EX_SOFTWARE: an internal error, for whoever reads the exit status. */
 export const CRASH_EXIT_CODE = 70;

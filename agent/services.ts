@@ -16,3 +16,17 @@ export interface AgentServices {
   /** Every retry loop's sleeps and deadlines; tests hand in virtual time. */
   clock: Clock;
 }
+
+/**
+ * What a running command hands the work it starts: the services, plus the command's cancel switch and its
+ * progress report. Commands (agent/commands/), steps (agent/steps/) and the work below them share this shape.
+ */
+export interface TaskContext extends AgentServices {
+  /**
+   * Aborted when the command is cancelled (the agent forgets its commands, or stops). Work that writes stops
+   * its writers and tools on it, waits for them to exit, and leaves the disk as after a failed write.
+   */
+  signal: AbortSignal;
+  /** While an async command runs, whatever it reports here is its `command_result`. */
+  progress(report: unknown): void;
+}

@@ -1,7 +1,6 @@
 // What the agent knows about itself at run time, shared by the API, the conductor link and the
 // console. It changes through `update`, which tells listeners (the console redraws on it).
 import { EventEmitter } from 'node:events';
-import type { CrashReport } from './last-words.ts';
 import { isObject } from './parse.ts';
 
 export interface HeartbeatInfo {
@@ -45,6 +44,16 @@ export interface InspectionStatus {
   /** What the callback answered: node UUID, or why it failed. */
   result?: string;
   at: number;
+}
+
+/** The previous run's crash, as last-words.ts recorded it in the status file. */
+export interface CrashReport {
+  /** Epoch seconds. */
+  at: number;
+  error: string;
+  stack: string;
+  /** The command that was running, now FAILED. */
+  command?: { id: string; name: string };
 }
 
 export interface AgentStatus {

@@ -1,7 +1,8 @@
 // Assembles the initramfs from the unpacked Debian packages, the Node binary and the agent bundles:
 // picks the files named in files.txt and modules.txt, follows ELF library needs, adds busybox applets
-// and the rootfs/ folder, then writes a sorted cpio with fixed times, compresses it with zstd and
-// writes manifest.json. Usage: tsx assemble.ts --debs F --node-version V --node F --bundles D --out D --epoch N
+// and the rootfs/ folder (and an operator's hardware manager plugins), then writes a sorted cpio with fixed
+// times, compresses it with zstd and writes manifest.json.
+// Usage: tsx assemble.ts --debs F --node-version V --node F --bundles D --out D --epoch N [--hardware-managers D]
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync, copyFileSync } from 'node:fs';
@@ -22,6 +23,7 @@ const { values: args } = parseArgs({
     'agent-version': { type: 'string' },
     out: { type: 'string' },
     epoch: { type: 'string' },
+    'hardware-managers': { type: 'string' },
   },
 });
 const need = (k: keyof typeof args) =>
@@ -199,6 +201,26 @@ const walk = (rel: string) => {
   }
 };
 walk('');
+
+// The operator's hardware manager plugins (docs/operating.md), where the agent looks for them by default.
+// The folder exists even when empty, so that a ramdisk says where plugins go.
+const PLUGINS = '/etc/ironic-node-agent/hardware-managers';
+fs.dir(PLUGINS);
+const plugins = args['hardware-managers'];
+if (plugins) {
+  const copy = (rel: string) => {
+    const entries = readdirSync(join(plugins, rel), { withFileTypes: true });
+    for (const e of entries.sort((a, b) => a.name.localeCompare(b.name))) {
+      const r = posix.join(rel, e.name);
+      if (e.isDirectory()) copy(r);
+      else if (e.isFile() || e.isSymbolicLink()) {
+        const mode = statSync(join(plugins, r)).mode & 0o111 ? 0o755 : 0o644;
+        fs.file(posix.join(PLUGINS, r), join(plugins, r), 'hardware-managers', mode);
+      }
+    }
+  };
+  copy('');
+}
 
 // Pack.
 const cpio = join(outDir, 'initramfs.cpio');

@@ -53,8 +53,18 @@ grep -q 'agent API listening' "$work/smoke.log" || { cat "$work/smoke.log" >&2; 
 netconf=$("$node_bin" "$work/bundles/netconf.cjs" --network-data="$work/none.json" 2>&1 || true)
 grep -q 'cannot read' <<< "$netconf" || { echo "build.sh: the netconf bundle does not start: $netconf" >&2; exit 1; }
 
+# An operator's hardware manager plugins (docs/operating.md): INA_HARDWARE_MANAGERS names a folder, copied into
+# the ramdisk's /etc/ironic-node-agent/hardware-managers.
+plugins=()
+if [ -n "${INA_HARDWARE_MANAGERS:-}" ]; then
+  [ -d "$INA_HARDWARE_MANAGERS" ] || { echo "build.sh: INA_HARDWARE_MANAGERS=$INA_HARDWARE_MANAGERS is no folder" >&2; exit 1; }
+  plugins=(--hardware-managers "$(cd "$INA_HARDWARE_MANAGERS" && pwd)")
+fi
+
 # Everything the initramfs is made of; when none of it changed, the last output stands.
 fingerprint=$( { cat "$work/debs.txt"; echo "node $node_version $SOURCE_DATE_EPOCH";
+  [ ${#plugins[@]} -eq 0 ] || (cd "${plugins[1]}" && find . -print0 | LC_ALL=C sort -z | xargs -0 stat -c '%n %a' &&
+    find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum);
   cd "$here" && find rootfs lib assemble.ts files.txt modules.txt -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum;
   cd "$work/bundles" && sha256sum ./*; } | sha256sum | cut -d' ' -f1)
 if [ -s "$out/initramfs.img" ] && [ -s "$out/summary.json" ] && [ "$(cat "$out/.fingerprint" 2>/dev/null)" = "$fingerprint" ]; then
@@ -64,7 +74,7 @@ else
   rm -f "$out/initramfs.img" "$out/manifest.json" "$out/summary.json" "$out/.fingerprint"
   (cd "$repo" && npx --no-install tsx "$here/assemble.ts" --debs "$work/debs.txt" --node-version "$node_version" \
     --node "$node_bin" --bundles "$work/bundles" --agent-version "$agent_version" --out "$out" \
-    --epoch "$SOURCE_DATE_EPOCH") > "$out/summary.json"
+    --epoch "$SOURCE_DATE_EPOCH" "${plugins[@]}") > "$out/summary.json"
   echo "build.sh: extracting the uncompressed kernel for QEMU" >&2
   # QEMU-only shortcut: the uncompressed kernel boots by its PVH entry, skipping real mode and the
   # decompressor (seconds under software emulation). Bare metal and PXE use vmlinuz.

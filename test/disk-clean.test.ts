@@ -5,8 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
-import { CLEAN_STEPS } from '../agent/commands/extensions/clean.ts';
-import { hardwareManagerVersions } from '../agent/disk/hardware-manager.ts';
+import { builtinStep, hardwareManagerVersions } from './helpers/builtin-steps.ts';
 import type { AgentClient, CommandResult } from './helpers/agent-client.ts';
 import { withAgentOn } from './helpers/agent-on-disks.ts';
 import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
@@ -14,7 +13,7 @@ import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
 const withAgent = withAgentOn;
 
 function step(name: string): Record<string, unknown> {
-  const s = CLEAN_STEPS.find((x) => x.step === name)!;
+  const s = builtinStep('clean', name);
   return { ...s, requires_ramdisk: true };
 }
 
@@ -112,13 +111,21 @@ describe('clean extension', () => {
       expect(r.command_result).toEqual({
         clean_steps: {
           GenericHardwareManager: [
-            { step: 'erase_devices', priority: 10, interface: 'deploy', reboot_requested: false, abortable: true },
+            {
+              step: 'erase_devices',
+              priority: 10,
+              interface: 'deploy',
+              reboot_requested: false,
+              abortable: true,
+              requires_ramdisk: true,
+            },
             {
               step: 'erase_devices_metadata',
               priority: 99,
               interface: 'deploy',
               reboot_requested: false,
               abortable: true,
+              requires_ramdisk: true,
             },
             {
               step: 'erase_devices_express',
@@ -126,14 +133,23 @@ describe('clean extension', () => {
               interface: 'deploy',
               reboot_requested: false,
               abortable: true,
+              requires_ramdisk: true,
             },
-            { step: 'erase_pstore', priority: 0, interface: 'deploy', reboot_requested: false, abortable: true },
+            {
+              step: 'erase_pstore',
+              priority: 0,
+              interface: 'deploy',
+              reboot_requested: false,
+              abortable: true,
+              requires_ramdisk: true,
+            },
             {
               step: 'clean_uefi_nvram',
               priority: 0,
               interface: 'deploy',
               reboot_requested: false,
               abortable: true,
+              requires_ramdisk: true,
               argsinfo: {
                 match_patterns: { description: expect.stringMatching(/regular expressions/), required: false },
               },
@@ -144,6 +160,7 @@ describe('clean extension', () => {
               interface: 'deploy',
               reboot_requested: false,
               abortable: true,
+              requires_ramdisk: true,
             })),
           ],
         },
@@ -364,7 +381,7 @@ describe('clean extension', () => {
     });
   });
 
-  it('fails an unknown step with CleaningError, and rejects a step without a name as HTTP 400', async () => {
+  it("fails an unknown step with HardwareManagerMethodNotFound (IPA's dispatch), and rejects a step without a name as HTTP 400", async () => {
     await withAgent([], {}, async (c) => {
       const r = await c.command(
         'clean.execute_clean_step',
@@ -372,7 +389,7 @@ describe('clean extension', () => {
         { poll: true },
       );
       expect(r.command_status).toBe('FAILED');
-      expect((r.command_error as { type: string }).type).toBe('CleaningError');
+      expect((r.command_error as { type: string }).type).toBe('HardwareManagerMethodNotFound');
       await expect(c.command('clean.execute_clean_step', { step: { interface: 'deploy' } })).rejects.toThrow(
         /400.*Malformed clean_step/,
       );

@@ -6,9 +6,8 @@ import { existsSync } from 'node:fs';
 import { copyFile, open, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { CLEAN_STEPS } from '../agent/commands/extensions/clean.ts';
 import type { CommandRecord } from '../agent/commands/executor.ts';
-import { hardwareManagerVersions } from '../agent/disk/hardware-manager.ts';
+import { builtinStep, hardwareManagerVersions } from './helpers/builtin-steps.ts';
 import { AgentClient } from './helpers/agent-client.ts';
 import { startAgent } from './helpers/api-harness.ts';
 import { FAKE_HDPARM } from './helpers/fake-hdparm.ts';
@@ -69,7 +68,7 @@ async function cancelErase(
   const running = await startAgent({ 'device-allowlist': devs.map((d) => d.path).join(','), ...flags });
   const client = new AgentClient({ url: running.url, pollIntervalMs: 100, pollAttempts: 600 });
   try {
-    const step = { ...CLEAN_STEPS.find((s) => s.step === 'erase_devices')!, requires_ramdisk: true };
+    const step = { ...builtinStep('clean', 'erase_devices'), requires_ramdisk: true };
     const node = { uuid: '2005a784-89ea-4482-b56a-65497029a47e', properties: {}, driver_internal_info: info };
     await client.command(
       'clean.execute_clean_step',

@@ -6,8 +6,7 @@ import { copyFile, open, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterEach, describe, expect, it } from 'vitest';
-import { CLEAN_STEPS } from '../agent/commands/extensions/clean.ts';
-import { hardwareManagerVersions } from '../agent/disk/hardware-manager.ts';
+import { builtinStep, hardwareManagerVersions } from './helpers/builtin-steps.ts';
 import type { AgentClient, CommandResult } from './helpers/agent-client.ts';
 import { withAgentOn } from './helpers/agent-on-disks.ts';
 import { FAKE_HDPARM } from './helpers/fake-hdparm.ts';
@@ -22,7 +21,7 @@ afterEach(async () => {
 
 const withAgent = withAgentOn;
 
-const step = (name: string) => ({ ...CLEAN_STEPS.find((x) => x.step === name)!, requires_ramdisk: true });
+const step = (name: string) => ({ ...builtinStep('clean', name), requires_ramdisk: true });
 const params = (name: string, info: Record<string, unknown>) => ({
   step: step(name),
   node: { uuid: '2005a784-89ea-4482-b56a-65497029a47e', properties: {}, instance_info: {}, driver_internal_info: info },

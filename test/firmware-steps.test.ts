@@ -2,7 +2,7 @@
 // (--ina-firmware-root; the real efibootmgr works on its efivars folder), and the burn-in steps' settings:
 // bad input fails with IPA's error type and runs nothing. The burn-ins themselves: test/burnin.test.ts.
 import { afterEach, describe, expect, it } from 'vitest';
-import { hardwareManagerVersions } from '../agent/disk/hardware-manager.ts';
+import { hardwareManagerVersions } from './helpers/builtin-steps.ts';
 import { parseBootEntries, parseMatchPatterns } from '../agent/host/uefi-nvram.ts';
 import { pstoreMountPoint } from '../agent/host/pstore.ts';
 import { fioDiskArgs, fioNetworkArgs, networkPlan } from '../agent/burnin/fio.ts';

@@ -5,7 +5,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CleaningError, CommandExecutionError, ToolError, errorText } from '../errors.ts';
 import { hasTool, run } from '../exec.ts';
-import type { CommandContext } from '../commands/types.ts';
+import type { TaskContext as CommandContext } from '../services.ts';
 import { cleaningTargets } from '../disk/clean-targets.ts';
 import { boolSetting, intSetting, objectSetting, optPath } from './settings.ts';
 

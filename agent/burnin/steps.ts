@@ -1,5 +1,5 @@
 // The burn-in steps by name, each given the node whose driver_info configures it (IPA reads it there).
-import type { CommandContext } from '../commands/types.ts';
+import type { TaskContext as CommandContext } from '../services.ts';
 import { fioDisk, fioNetwork } from './fio.ts';
 import { driverInfo } from './settings.ts';
 import { stressNg } from './stress-ng.ts';

@@ -2,7 +2,7 @@
 // CPU, `--metrics-brief`, optionally `--log-file`). A non-zero exit fails the step with stress-ng's output.
 import { CommandExecutionError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
-import type { CommandContext } from '../commands/types.ts';
+import type { TaskContext as CommandContext } from '../services.ts';
 import { intSetting, optPath, vmBytes } from './settings.ts';
 
 const DAY_S = 86_400;

@@ -1,17 +1,10 @@
 // The shape of a command and what it may use. An extension is a table of commands; the registry is a
 // table of extensions. Each command parses its params once into a typed object, then runs.
 import type { Config } from '../config/config.ts';
-import type { AgentServices } from '../services.ts';
+import type { TaskContext } from '../services.ts';
 
-export interface CommandContext extends AgentServices {
-  /**
-   * Aborted when the command is cancelled (the agent forgets its commands, or stops). A command that writes
-   * stops its writers and tools on it, waits for them to exit, and leaves the disk as after a failed write.
-   */
-  signal: AbortSignal;
-  /** While an async command runs, whatever it reports here is its `command_result`. */
-  progress(report: unknown): void;
-}
+/** A command runs with the services, its cancel switch and its progress report (services.ts). */
+export type CommandContext = TaskContext;
 
 export type Params = Record<string, unknown>;
 

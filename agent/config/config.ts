@@ -87,6 +87,8 @@ export interface Config {
    * `sys/firmware/efi/efivars`: `/` in a ramdisk; outside one only if given (tests hand in a fake root).
    */
   firmwareRoot?: string;
+  /** ina-hardware-managers: the folder of hardware manager plugins (agent/steps/plugins.ts); the ramdisk's by default. */
+  hardwareManagersDir?: string;
   logFile?: string;
   statusFile?: string;
   console: { device?: string; shell: boolean };
@@ -196,6 +198,9 @@ export function buildConfig(
     simulatedRebootDelayS: r.num('simulated-reboot-delay', 2, { min: 0 }),
     rescueRoot: r.str('ina-rescue-root') ?? (merged.get('host-actions') === 'real' ? '/' : undefined),
     firmwareRoot: r.str('ina-firmware-root') ?? (merged.get('host-actions') === 'real' ? '/' : undefined),
+    hardwareManagersDir:
+      r.str('ina-hardware-managers') ??
+      (merged.get('host-actions') === 'real' ? '/etc/ironic-node-agent/hardware-managers' : undefined),
     logFile: r.str('log-file'),
     statusFile: r.str('status-file'),
     console: { device: r.str('console-device'), shell: r.bool('ina-console-shell', false) },

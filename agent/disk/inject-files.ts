@@ -7,7 +7,7 @@ import { lstat, mkdir, mkdtemp, chmod, chown, realpath, rm, rmdir, writeFile } f
 import { tmpdir } from 'node:os';
 import { isAbsolute, join, relative } from 'node:path';
 import type { AgentServices } from '../services.ts';
-import { isObject } from '../commands/params.ts';
+import { isObject } from '../parse.ts';
 import { DeviceNotFound, InvalidCommandParamsError, ProtectedDeviceError } from '../errors.ts';
 import { run } from '../exec.ts';
 import { listPartitions, type Partition } from './partitions.ts';

@@ -2,7 +2,7 @@
 // choose the root device, write the image, check that the disk now has a partition table, add the config
 // drive, and remember the partition UUIDs for `standby.get_partition_uuids`.
 import type { AgentServices } from '../services.ts';
-import type { CommandContext } from '../commands/types.ts';
+import type { TaskContext as CommandContext } from '../services.ts';
 import { prepareConfigDrive, writeConfigDrivePartition, type ConfigDriveImage } from '../configdrive/prepare.ts';
 import { configDriveRoomCheck, ROOM_HEAD_BYTES } from '../configdrive/room.ts';
 import { readPartitionUuids } from '../disk/partition-uuids.ts';

@@ -1,7 +1,6 @@
 // One clean step through the agent's API, as a conductor sends it: the step from the agent's own catalogue
 // with the test's args, a node whose driver_info carries the step's settings, polled to its end.
-import { CLEAN_STEPS } from '../../agent/commands/extensions/clean.ts';
-import { hardwareManagerVersions } from '../../agent/disk/hardware-manager.ts';
+import { builtinStep, hardwareManagerVersions } from './builtin-steps.ts';
 import type { AgentClient, CommandResult } from './agent-client.ts';
 
 export function runCleanStep(
@@ -11,7 +10,7 @@ export function runCleanStep(
   driverInfo: Record<string, unknown> = {},
   driverInternalInfo: Record<string, unknown> = {},
 ): Promise<CommandResult> {
-  const step = { ...CLEAN_STEPS.find((s) => s.step === name)!, args };
+  const step = { ...builtinStep('clean', name), args };
   const node = {
     uuid: '2005a784-89ea-4482-b56a-65497029a47e',
     properties: {},

@@ -1,7 +1,7 @@
 // IPA's inspection collectors by name. Each adds its keys to the payload; one failing is recorded as
 // `collector <name> failed: <why>` and the others still run (IPA's AccumulatedFailures).
-import { HARDWARE_MANAGER_NAME, HARDWARE_MANAGER_VERSION } from '../../disk/hardware-manager.ts';
-import { collectSystemLogs } from '../../commands/extensions/log.ts';
+import { GENERIC_NAME, GENERIC_VERSION } from '../../steps/builtin.ts';
+import { collectSystemLogs } from '../../host/system-logs.ts';
 import type { Logger } from '../../log.ts';
 import type { HostRoot } from '../host-root.ts';
 import { candidateNames } from '../interfaces.ts';
@@ -43,7 +43,7 @@ export const collectors: Readonly<Record<string, Collector>> = {
     data.boot_interface = ctx.bootif ?? null;
     data.configuration = {
       collectors: [...ctx.names],
-      managers: [{ name: HARDWARE_MANAGER_NAME, version: HARDWARE_MANAGER_VERSION }],
+      managers: [{ name: GENERIC_NAME, version: GENERIC_VERSION }],
     };
   },
   logs: async (ctx, data) => {
