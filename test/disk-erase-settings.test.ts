@@ -29,7 +29,10 @@ async function fill(dev: LoopDevice): Promise<void> {
   await fh.close();
 }
 
-const digest = async (dev: LoopDevice) => createHash('sha256').update(await readFile(dev.path)).digest('hex');
+const digest = async (dev: LoopDevice) =>
+  createHash('sha256')
+    .update(await readFile(dev.path))
+    .digest('hex');
 
 const BAD: [string, unknown, string][] = [
   ['agent_erase_devices_iterations', 'abc', `a whole number from 0 to ${MAX_ERASE_ITERATIONS}`],
