@@ -12,15 +12,19 @@ import type { AgentClient, CommandResult } from './helpers/agent-client.ts';
 import { withAgentOn } from './helpers/agent-on-disks.ts';
 import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
 
-const params = (name: string, info: Record<string, unknown>) => ({
-  step: { ...CLEAN_STEPS.find((x) => x.step === name)!, requires_ramdisk: true },
+const params = (name: string, info: Record<string, unknown>, args?: Record<string, unknown>) => ({
+  step: { ...CLEAN_STEPS.find((x) => x.step === name)!, requires_ramdisk: true, ...(args ? { args } : {}) },
   node: { uuid: '2005a784-89ea-4482-b56a-65497029a47e', properties: {}, instance_info: {}, driver_internal_info: info },
   ports: [],
   clean_version: hardwareManagerVersions(),
 });
 
-const execute = (c: AgentClient, info: Record<string, unknown>, name = 'erase_devices'): Promise<CommandResult> =>
-  c.command('clean.execute_clean_step', params(name, info), { poll: true });
+const execute = (
+  c: AgentClient,
+  info: Record<string, unknown>,
+  name = 'erase_devices',
+  args?: Record<string, unknown>,
+): Promise<CommandResult> => c.command('clean.execute_clean_step', params(name, info, args), { poll: true });
 
 async function fill(dev: LoopDevice): Promise<void> {
   const fh = await open(dev.path, 'r+');
@@ -71,6 +75,17 @@ describe('erase settings from driver_internal_info', () => {
             });
           }
         }
+        // The settings are the node's: as a step arg they would be a knob silently ignored.
+        for (const step of ['erase_devices', 'erase_devices_express']) {
+          const r = await execute(c, {}, step, { iterations: 'abc', agent_erase_devices_zeroize: false });
+          expect(r.command_error).toEqual({
+            type: 'InvalidCommandParamsError',
+            code: 400,
+            message: 'Invalid command parameters',
+            details:
+              "The erase steps take no args (their settings come from the node's driver_internal_info): got iterations, agent_erase_devices_zeroize",
+          });
+        }
       });
       expect(await digest(d!)).toBe(before);
     });
@@ -80,12 +95,18 @@ describe('erase settings from driver_internal_info', () => {
     await withLoops([8 * MiB], async ([d]) => {
       await fill(d!);
       await withAgentOn([d!], { 'ipa-erase-discard': 'false' }, async (c) => {
-        const r = await execute(c, {
-          agent_erase_devices_iterations: '2',
-          agent_erase_devices_zeroize: 'False',
-          disk_erasure_concurrency: '4',
-          agent_enable_ata_secure_erase: 'no',
-        });
+        const r = await execute(
+          c,
+          {
+            agent_erase_devices_iterations: '2',
+            agent_erase_devices_zeroize: 'False',
+            disk_erasure_concurrency: '4',
+            agent_enable_ata_secure_erase: 'no',
+          },
+          'erase_devices',
+          // Empty args, as a conductor may send them, are no args.
+          {},
+        );
         expect(r.command_error).toBeNull();
         const disk = (r.command_result as { clean_result: Record<string, any> }).clean_result[d!.path];
         // Two random passes and no zero pass; ATA off, so no ATA attempt before the overwrite.

@@ -73,7 +73,19 @@ export function eraseSettingsFrom(driverInternalInfo: unknown, cfg: Config['eras
   };
 }
 
-/** The settings of the node the agent holds (the one the step's params brought). */
-export function eraseSettings(services: Pick<AgentServices, 'config' | 'state'>): EraseSettings {
+/**
+ * The settings of the node the agent holds (the one the step's params brought). The erase steps take no args
+ * (IPA's fail on any with a TypeError): an arg such as `iterations` would otherwise be a knob silently ignored.
+ */
+export function eraseSettings(
+  services: Pick<AgentServices, 'config' | 'state'>,
+  args: Record<string, unknown> = {},
+): EraseSettings {
+  const given = Object.keys(args);
+  if (given.length > 0) {
+    throw new InvalidCommandParamsError(
+      `The erase steps take no args (their settings come from the node's driver_internal_info): got ${given.join(', ')}`,
+    );
+  }
   return eraseSettingsFrom(services.state.status.node?.driver_internal_info, services.config.erase);
 }

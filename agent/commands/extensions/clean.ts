@@ -158,13 +158,13 @@ export const runners: Record<string, CleanRunner> = {
     services.log.info({ disks: targets.map((d) => d.path) }, 'disk metadata erased');
     return null;
   },
-  erase_devices: (ctx) => eraseAll(ctx, eraseSettings(ctx), 'overwrite'),
+  erase_devices: (ctx, args) => eraseAll(ctx, eraseSettings(ctx, args), 'overwrite'),
   // IPA's fast path: NVMe format where enabled, else (here) a verified discard, else the metadata erase.
   // No ATA security erase and no overwrite; a failed format falls back whatever the continue setting says.
-  erase_devices_express: (ctx) =>
+  erase_devices_express: (ctx, args) =>
     eraseAll(
       ctx,
-      { ...eraseSettings(ctx), ataSecureErase: false, continueIfSecureEraseFailed: true, discard: true },
+      { ...eraseSettings(ctx, args), ataSecureErase: false, continueIfSecureEraseFailed: true, discard: true },
       'metadata',
     ),
   async erase_pstore(ctx) {
