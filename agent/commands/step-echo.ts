@@ -1,7 +1,7 @@
 // What an `execute_<type>_step` result echoes of the step it ran. IPA echoes the step as sent, args and all,
-// and every `GET /v1/commands/` sends it again: a 40 MiB config drive (twice in write_image's args, once in
-// `image_info`) made each poll tens of MiB. The conductor reads only the step's `interface` and `step` from the
-// echo (Ironic's `conductor_steps.is_equivalent`), so large strings in args are replaced by a short note of
+// and every `GET /v1/commands/` sends it again: a 40 MiB config drive (twice in write_image's args, as
+// `configdrive` and as `image_info.configdrive`) made each poll tens of MiB. The conductor reads only the step's
+// `interface` and `step` from the echo (Ironic's `conductor_steps.is_equivalent`), so large strings in args are replaced by a short note of
 // their size and digest, once, when the result is recorded.
 import { createHash } from 'node:crypto';
 import { isObject } from '../parse.ts';
