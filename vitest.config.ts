@@ -18,6 +18,7 @@ const DEVICE = [
   'test/disk-erase-cancel.test.ts',
   'test/disk-erase-fallback.test.ts',
   'test/disk-erase-nvme.test.ts',
+  'test/disk-erase-settings.test.ts',
   'test/disk-erase.test.ts',
   'test/disk-partition-uuids.test.ts',
   'test/disk-root-device.test.ts',

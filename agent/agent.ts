@@ -54,6 +54,7 @@ export function createAgent(
     state,
     log,
     tokenPolicy: { standalone: config.standalone, requireOnGet: config.token.requireOnGet },
+    clock,
   });
   return {
     services,

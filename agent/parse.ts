@@ -47,3 +47,14 @@ export function parseBoolean(v: unknown): boolean | undefined {
   if (FALSE.has(word)) return false;
   return undefined;
 }
+
+/**
+ * A whole number from `min` to `max`: a JSON integer, or its decimal digits as text (node fields set from the CLI
+ * arrive as text). Anything else (`"abc"`, 2.5, 1e300 past `max`, a boolean) is undefined, which every caller
+ * refuses.
+ */
+export function parseWholeNumber(v: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
+  const n = typeof v === 'string' && /^\s*[+-]?\d+\s*$/.test(v) ? Number(v) : v;
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < min || n > max) return undefined;
+  return n;
+}

@@ -1,4 +1,5 @@
 // Black-box tests of the command API over real HTTP on loopback, against agent-api.md §1–§2.
+import { createHash } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { command, type Extension } from '../agent/commands/types.ts';
 import { CleaningError, InvalidCommandParamsError, VersionMismatch } from '../agent/errors.ts';
@@ -372,5 +373,62 @@ describe('agent token', () => {
     a = await startAgent({}, registry);
     expect((await post(a.url, 'test.echo', { value: 'x' })).status).toBe(200);
     expect((await call(`${a.url}/v1/commands/`)).json.commands).toHaveLength(1);
+  });
+});
+
+describe('the step a command echoes', () => {
+  /** An in-band step runner as the deploy/clean/service extensions are: it echoes the step it was sent. */
+  const steps = {
+    deploy: {
+      execute_deploy_step: command({
+        mode: 'async',
+        parse: (p) => p.step as Record<string, unknown>,
+        run: (step) => ({ deploy_result: null, deploy_step: step }),
+      }),
+    },
+  };
+  let a: RunningAgent | undefined;
+  afterEach(async () => {
+    await a?.close();
+    a = undefined;
+  });
+
+  it('keeps interface and step, and replaces large string args by their size and sha256, once', async () => {
+    a = await startAgent({}, steps);
+    const configdrive = 'H4sI'.padEnd(8 * 1024 * 1024, 'x');
+    const sha = createHash('sha256').update(configdrive).digest('hex');
+    const url = `http://127.0.0.1:8080/${'p'.repeat(300)}`;
+    const step = {
+      interface: 'deploy',
+      step: 'write_image',
+      args: { image_info: { id: 'disk.img', urls: [url], configdrive, stream_raw_images: true }, configdrive },
+    };
+    const r = await post(a.url, 'deploy.execute_deploy_step', { step }, '?wait=true');
+    expect(r.status).toBe(200);
+    const omitted = `<${8 * 1024 * 1024} bytes omitted, sha256 ${sha}>`;
+    const echoed = {
+      interface: 'deploy',
+      step: 'write_image',
+      args: {
+        image_info: { id: 'disk.img', urls: [url], configdrive: omitted, stream_raw_images: true },
+        configdrive: omitted,
+      },
+    };
+    expect(r.json.command_result).toEqual({ deploy_result: null, deploy_step: echoed });
+    const list = await call(`${a.url}/v1/commands/`);
+    expect(list.text.length).toBeLessThan(4096);
+    expect(list.json.commands[0].command_result.deploy_step).toEqual(echoed);
+    // Recorded that way: the 8 MiB string is not kept to be cut again on every GET.
+    expect(a.agent.executor.list()[0]!.result).toEqual({ deploy_result: null, deploy_step: echoed });
+  });
+
+  it('echoes a string of up to 4 KiB as it came, and leaves other commands and results alone', async () => {
+    a = await startAgent({}, { ...steps, ...registry });
+    const edge = 'é'.repeat(2048);
+    const step = { interface: 'deploy', step: 'inject_files', args: { files: [{ path: '/etc/x', content: edge }] } };
+    const r = await post(a.url, 'deploy.execute_deploy_step', { step }, '?wait=true');
+    expect(r.json.command_result.deploy_step).toEqual(step);
+    const big = 'y'.repeat(64 * 1024);
+    expect((await post(a.url, 'test.echo', { value: big })).json.command_result).toEqual({ result: big });
   });
 });

@@ -5,6 +5,7 @@ import { optBool } from '../agent/commands/params.ts';
 import { parseLookupReply } from '../agent/conductor/lookup-reply.ts';
 import { buildConfig } from '../agent/config/config.ts';
 import { parseImageInfo } from '../agent/image/image-info.ts';
+import { parseWholeNumber } from '../agent/parse.ts';
 
 const info = (stream: unknown) =>
   parseImageInfo(
@@ -63,5 +64,13 @@ describe('booleans', () => {
   it('reads an absent stream_raw_images as false, as IPA does', () => {
     expect(info(undefined).streamRaw).toBe(false);
     expect(info(null).streamRaw).toBe(false);
+  });
+});
+
+describe('whole numbers', () => {
+  it('are JSON integers or their digits as text, within the bounds; anything else is refused', () => {
+    expect([0, 3, '7', ' 10 ', '+2'].map((v) => parseWholeNumber(v, 0, 10))).toEqual([0, 3, 7, 10, 2]);
+    const refused = ['abc', '', -1, 2.5, '2.5', 1e300, '1e3', '0x10', 11, true, null, [], {}, Number.NaN];
+    for (const v of refused) expect(parseWholeNumber(v, 0, 10), String(v)).toBeUndefined();
   });
 });

@@ -1,13 +1,14 @@
 // The agent's HTTP API: IPA's route table, with its redirects, 404/405 rules and check order.
 import './web-classes.ts';
 import { Hono, type Context } from 'hono';
+import { realClock, type Clock } from '../clock.ts';
 import type { CommandExecutor } from '../commands/executor.ts';
 import { AgentError, RequestedObjectNotFoundError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { AgentState } from '../state.ts';
 import { rootDocument, v1Document } from './documents.ts';
 import { FAULTS, fault, faultFromError, jsonResponse } from './envelope.ts';
-import { BodyTooLarge, withBody } from './body-limit.ts';
+import { BodyReader, BodyTooLarge, BodyTooSlow } from './body-limit.ts';
 import { JsonRefused, parseBoundedJson } from '../bounded-json.ts';
 import { isObject } from '../parse.ts';
 import { requestLog } from './request-log.ts';
@@ -18,7 +19,13 @@ export interface ApiDeps {
   state: AgentState;
   log: Logger;
   tokenPolicy: TokenPolicy;
+  /** What a request body's minimum rate is measured on. */
+  clock?: Clock;
 }
+
+/** Werkzeug's words for a request whose body did not arrive in time (IPA has no such limit). */
+const REQUEST_TIMEOUT =
+  "408 Request Timeout: The server closed the network connection because the browser didn't finish the request within the specified time.";
 
 type Handler = (c: Context) => Response | Promise<Response>;
 
@@ -67,8 +74,7 @@ function waitRequested(c: Context): boolean {
 
 export function createApp(deps: ApiDeps): Hono {
   const { executor, state } = deps;
-  /** Scopes the one-large-body-at-a-time turn to this app. */
-  const bodies = {};
+  const bodies = new BodyReader(deps.clock ?? realClock);
 
   const listCommands: Handler = (c) => jsonResponse(c, { commands: executor.list() });
 
@@ -83,7 +89,7 @@ export function createApp(deps: ApiDeps): Hono {
   const postCommand: Handler = async (c) => {
     let parsed: { body: unknown } | { fault: string };
     try {
-      parsed = await withBody(c, bodies, (text) => {
+      parsed = await bodies.read(c, (text) => {
         try {
           return { body: parseBoundedJson(text) };
         } catch (err) {
@@ -93,6 +99,7 @@ export function createApp(deps: ApiDeps): Hono {
       });
     } catch (err) {
       if (err instanceof BodyTooLarge) return fault(c, 413, FAULTS.tooLarge, { Connection: 'close' });
+      if (err instanceof BodyTooSlow) return fault(c, 408, REQUEST_TIMEOUT, { Connection: 'close' });
       throw err;
     }
     if ('fault' in parsed) return fault(c, 400, parsed.fault);

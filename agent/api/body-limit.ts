@@ -1,40 +1,71 @@
-// Request bodies are read under two bounds, before anything is buffered whole: a size limit (413 beyond
-// it, decided from Content-Length when there is one, else while reading) and one large body at a time (the
-// others wait their turn with their bytes left in the socket), so that a flood of big POSTs, token or not,
-// cannot grow the agent's memory with their number. IPA's API carries small JSON; the largest legitimate
-// body is a deploy with its config drive, at most 64 MiB decoded, gzip-compressed and base64-encoded.
+// Request bodies are read under three bounds, before anything is buffered whole: a size limit (413 beyond
+// it, decided from Content-Length when there is one, else while reading), one large body at a time (the
+// others wait their turn with their bytes left in the socket), so that a flood of big POSTs cannot grow the
+// agent's memory with their number, and a minimum rate (408, and the connection closed), so that a client
+// that stops sending cannot keep the large-body turn, and the conductor's requests queued behind it, for
+// ever. IPA's API carries small JSON; the largest legitimate body is a deploy with its config drive, at most
+// 64 MiB decoded, gzip-compressed and base64-encoded. The token is checked (app.ts) before a body is read,
+// so a client without it never takes the turn.
 import type { Context } from 'hono';
+import type { Clock } from '../clock.ts';
+import { FifoLock } from '../lock.ts';
 
 const MiB = 1024 * 1024;
 /** 64 MiB of incompressible config drive grows by a third in base64 (85.4 MiB), plus the rest of the request. */
 export const MAX_BODY_BYTES = 90 * MiB;
 /** Bodies up to this size are read at once, without waiting for the large-body turn. */
 const SMALL_BODY_BYTES = 1 * MiB;
+/**
+ * A body must arrive at BODY_MIN_RATE bytes a second on average, counted after BODY_GRACE_MS from when its
+ * reading starts: the largest body gets 10 s + 90 s, a stalled one is cut after 10 s plus what it did send.
+ * Loopback and any provisioning network do hundreds of times that; a conductor's body at this rate would
+ * already be near Ironic's own request timeout.
+ */
+export const BODY_GRACE_MS = 10_000;
+export const BODY_MIN_RATE = 1 * MiB;
 
 export class BodyTooLarge extends Error {}
+export class BodyTooSlow extends Error {}
 
-/** A FIFO of one: whoever holds it reads (and parses) a large body. */
-class Turn {
-  private tail: Promise<void> = Promise.resolve();
-
-  async take(): Promise<() => void> {
-    const previous = this.tail;
-    let release!: () => void;
-    this.tail = new Promise((resolve) => (release = resolve));
-    await previous;
-    return release;
-  }
+/**
+ * Calls `onSlow` once the bytes `received` fall behind the minimum rate. Only wakes when they would: at the
+ * time the bytes received so far stop being enough, then again from there.
+ */
+function rateWatch(clock: Clock, onSlow: () => void): { received(n: number): void; stop(): void } {
+  const start = clock.now();
+  let bytes = 0;
+  let stopped = false;
+  const arm = () => {
+    if (stopped) return;
+    const wait = start + BODY_GRACE_MS + (bytes / BODY_MIN_RATE) * 1000 - clock.now();
+    if (wait <= 0) return onSlow();
+    clock.timeout(wait).addEventListener('abort', arm, { once: true });
+  };
+  arm();
+  return {
+    received(n) {
+      bytes += n;
+    },
+    stop() {
+      stopped = true;
+    },
+  };
 }
-
-const largeBodies = new WeakMap<object, Turn>();
 
 async function readLimited(
   body: ReadableStream<Uint8Array> | null,
   declared: number | undefined,
   max: number,
+  clock: Clock,
 ): Promise<Buffer> {
   if (!body) return Buffer.alloc(0);
   const reader = body.getReader();
+  let slow = false;
+  const watch = rateWatch(clock, () => {
+    slow = true;
+    // A pending read() resolves as done; the check after it tells this from the real end.
+    reader.cancel().catch(() => undefined);
+  });
   // With a declared length, one buffer of that size: no chunk list and no copy of it at the end.
   const whole = declared !== undefined ? Buffer.allocUnsafe(declared) : null;
   const chunks: Uint8Array[] = [];
@@ -42,42 +73,40 @@ async function readLimited(
   try {
     for (;;) {
       const { done, value } = await reader.read();
+      if (slow) throw new BodyTooSlow();
       if (done) break;
       if (size + value.length > (declared ?? max)) throw new BodyTooLarge();
       if (whole) whole.set(value, size);
       else chunks.push(value);
       size += value.length;
+      watch.received(value.length);
     }
   } catch (err) {
     await reader.cancel().catch(() => undefined);
     throw err;
+  } finally {
+    watch.stop();
   }
   return whole ? whole.subarray(0, size) : Buffer.concat(chunks, size);
 }
 
-/**
- * Reads the request's body as text and hands it to `use` (which parses it), within the limits above.
- * Throws BodyTooLarge past `max`; `owner` scopes the one-at-a-time turn (one per app).
- */
-export async function withBody<T>(
-  c: Context,
-  owner: object,
-  use: (text: string) => T,
-  max = MAX_BODY_BYTES,
-): Promise<T> {
-  const header = c.req.header('content-length');
-  const declared = header !== undefined && /^\d+$/.test(header) ? Number(header) : undefined;
-  if (declared !== undefined && declared > max) throw new BodyTooLarge();
-  let turn = largeBodies.get(owner);
-  if (!turn) {
-    turn = new Turn();
-    largeBodies.set(owner, turn);
-  }
-  const release = declared !== undefined && declared <= SMALL_BODY_BYTES ? () => undefined : await turn.take();
-  try {
-    const text = (await readLimited(c.req.raw.body, declared, max)).toString('utf8');
-    return use(text);
-  } finally {
-    release();
+/** The request-body reader of one app: its large-body turn and the clock its rate is measured on. */
+export class BodyReader {
+  private readonly largeTurn = new FifoLock();
+
+  constructor(private readonly clock: Clock) {}
+
+  /**
+   * Reads the request's body as text and hands it to `use` (which parses it), within the limits above.
+   * Throws BodyTooLarge past `max`, BodyTooSlow when the client falls behind the minimum rate.
+   */
+  async read<T>(c: Context, use: (text: string) => T, max = MAX_BODY_BYTES): Promise<T> {
+    const header = c.req.header('content-length');
+    const declared = header !== undefined && /^\d+$/.test(header) ? Number(header) : undefined;
+    if (declared !== undefined && declared > max) throw new BodyTooLarge();
+    const readAndUse = async () => use((await readLimited(c.req.raw.body, declared, max, this.clock)).toString('utf8'));
+    // The rate is measured from when the turn is taken: a body waiting for it is not sending.
+    if (declared !== undefined && declared <= SMALL_BODY_BYTES) return readAndUse();
+    return this.largeTurn.hold(readAndUse);
   }
 }

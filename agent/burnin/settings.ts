@@ -1,7 +1,7 @@
 // Burn-in settings come from the node's driver_info, under IPA's keys and with IPA's defaults. They are
 // checked before any tool starts: a bad value fails the step as a CleaningError and runs nothing.
 import { CleaningError } from '../errors.ts';
-import { isObject } from '../parse.ts';
+import { isObject, parseWholeNumber } from '../parse.ts';
 
 type Info = Record<string, unknown>;
 
@@ -17,8 +17,8 @@ const bad = (key: string, value: unknown, want: string) =>
 export function intSetting(info: Info, key: string, fallback: number, min: number): number {
   const v = info[key];
   if (v === undefined || v === null) return fallback;
-  const n = typeof v === 'string' && v.trim() !== '' ? Number(v) : v;
-  if (typeof n !== 'number' || !Number.isInteger(n) || n < min) throw bad(key, v, `a whole number >= ${min}`);
+  const n = parseWholeNumber(v, min);
+  if (n === undefined) throw bad(key, v, `a whole number >= ${min}`);
   return n;
 }
 

@@ -12,7 +12,9 @@ import {
   toCommandError,
   type CommandErrorBody,
 } from '../errors.ts';
+import { FifoLock } from '../lock.ts';
 import type { AgentServices } from '../services.ts';
+import { boundStepEcho } from './step-echo.ts';
 import type { CommandSpec, CommandStatus, Extension, Params } from './types.ts';
 
 export interface CommandResultJson {
@@ -67,23 +69,6 @@ function normaliseResult(value: unknown, method: string, mode: 'sync' | 'async')
   return value;
 }
 
-/** A FIFO lock: sync commands hold it for their whole run, async ones until they are recorded. */
-class Lock {
-  private tail: Promise<void> = Promise.resolve();
-
-  async hold<T>(fn: () => Promise<T>): Promise<T> {
-    const previous = this.tail;
-    let release!: () => void;
-    this.tail = new Promise((resolve) => (release = resolve));
-    await previous;
-    try {
-      return await fn();
-    } finally {
-      release();
-    }
-  }
-}
-
 export interface ExecutorEvents {
   /** An async command ended (either way): the conductor link heartbeats early on it. */
   'async-done': [CommandRecord];
@@ -92,7 +77,8 @@ export interface ExecutorEvents {
 
 export class CommandExecutor extends EventEmitter<ExecutorEvents> {
   private history: CommandRecord[] = [];
-  private readonly lock = new Lock();
+  /** Sync commands hold it for their whole run, async ones until they are recorded. */
+  private readonly lock = new FifoLock();
   /** Maps, not the plain objects: a name like `constructor` or `__proto__` must find nothing. */
   private readonly registry: ReadonlyMap<string, ReadonlyMap<string, CommandSpec>>;
   /** The running async command's cancel switch and the promise that settles once it has wound down. */
@@ -227,7 +213,7 @@ export class CommandExecutor extends EventEmitter<ExecutorEvents> {
         const value = await spec.run(parsed, ctx);
         // A command that ignored its cancellation must not be reported as a success.
         abort.signal.throwIfAborted();
-        record.finish('SUCCEEDED', normaliseResult(value, method, 'async'), null);
+        record.finish('SUCCEEDED', boundStepEcho(normaliseResult(value, method, 'async'), method), null);
         log.info({ command: `${extName}.${method}`, id: record.id }, 'command succeeded');
       } catch (err) {
         const status = err instanceof VersionMismatch ? 'CLEAN_VERSION_MISMATCH' : 'FAILED';

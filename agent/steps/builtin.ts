@@ -26,11 +26,13 @@ const step = (name: string, fields: Fields, run: StepDescriptor['run']): StepDes
 });
 
 export const BUILTIN_STEPS: readonly StepDescriptor[] = [
-  step('erase_devices', { phases: { clean: 10 }, abortable: true }, (_a, ctx) => eraseDevices(ctx)),
+  step('erase_devices', { phases: { clean: 10 }, abortable: true }, (args, ctx) => eraseDevices(ctx, args)),
   step('erase_devices_metadata', { phases: { clean: 99, deploy: 0 }, abortable: true }, (_a, ctx) =>
     eraseDevicesMetadata(ctx),
   ),
-  step('erase_devices_express', { phases: { clean: 0 }, abortable: true }, (_a, ctx) => eraseDevicesExpress(ctx)),
+  step('erase_devices_express', { phases: { clean: 0 }, abortable: true }, (args, ctx) =>
+    eraseDevicesExpress(ctx, args),
+  ),
   step('erase_pstore', { phases: { clean: 0 }, abortable: true }, (_a, ctx) => erasePstoreStep(ctx)),
   step(
     'clean_uefi_nvram',

@@ -94,15 +94,16 @@ export async function eraseDevicesMetadata(ctx: TaskContext): Promise<null> {
   return null;
 }
 
-export const eraseDevices = (ctx: TaskContext) => eraseAll(ctx, eraseSettings(ctx), 'overwrite');
+export const eraseDevices = (ctx: TaskContext, args: Record<string, unknown>) =>
+  eraseAll(ctx, eraseSettings(ctx, args), 'overwrite');
 
 /**
  * IPA's fast path: NVMe format where enabled, else (here) a verified discard, else the metadata erase.
  * No ATA security erase and no overwrite; a failed format falls back whatever the continue setting says.
  */
-export const eraseDevicesExpress = (ctx: TaskContext) =>
+export const eraseDevicesExpress = (ctx: TaskContext, args: Record<string, unknown>) =>
   eraseAll(
     ctx,
-    { ...eraseSettings(ctx), ataSecureErase: false, continueIfSecureEraseFailed: true, discard: true },
+    { ...eraseSettings(ctx, args), ataSecureErase: false, continueIfSecureEraseFailed: true, discard: true },
     'metadata',
   );
