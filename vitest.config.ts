@@ -37,6 +37,7 @@ const DEVICE = [
   'test/robust-cancel.test.ts',
   'test/robust-configdrive-room.test.ts',
   'test/robust-kill.test.ts',
+  'test/robust-kill-write-order.test.ts',
   'test/robust-prechecks.test.ts',
 ];
 const ELSEWHERE = ['test/ironic/**', 'test/e2e/**', 'test/fullloop/**', 'node_modules/**'];
