@@ -25,6 +25,7 @@ const DEVICE = [
   'test/image-deploy.test.ts',
   'test/image-device-decoder.test.ts',
   'test/image-faults.test.ts',
+  'test/image-held-back.test.ts',
   'test/image-refusals.test.ts',
   'test/inspect-lldp.test.ts',
   'test/netconf-netns.test.ts',
