@@ -102,6 +102,38 @@ async function tablesFound(): Promise<string[]> {
   return found;
 }
 
+/** The pids of every process below `pid`. */
+async function descendants(pid: number): Promise<number[]> {
+  const parent = new Map<number, number>();
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const m = /^(\d+) \(.*\) \S (\d+)/.exec(await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => ''));
+    if (m) parent.set(Number(m[1]), Number(m[2]));
+  }
+  const out: number[] = [];
+  const walk = (p: number) => {
+    for (const [child, pp] of parent) {
+      if (pp !== p) continue;
+      out.push(child);
+      walk(child);
+    }
+  };
+  walk(pid);
+  return out;
+}
+
+/**
+ * Waits until `pids` are gone from /proc: a killed tool lingers as a zombie while its I/O threads finish what they
+ * had submitted (qemu-img, throttled), and only then is the disk in its final state (and qemu-img's lock released).
+ */
+async function reaped(pids: number[]): Promise<void> {
+  for (let i = 0; i < 1200; i++) {
+    if (pids.every((p) => !existsSync(`/proc/${p}`))) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`processes ${pids.join(' ')} still there a minute after the kill`);
+}
+
 async function deploy(a: AgentChild, name: string, file: string, route: Route): Promise<void> {
   const url = await images.serveFile(name, file);
   const digest = createHash('sha256')
@@ -167,8 +199,10 @@ describe.each(ROUTES)('SIGKILL mid-deploy: $name', (route) => {
       try {
         await deploy(a, `kill-${point}`, file, route);
         seen = await until(a, fraction);
+        const tools = await descendants(a.pid);
         a.child.kill('SIGKILL');
         await a.exited;
+        await reaped(tools);
       } finally {
         await a.stop();
       }
@@ -217,8 +251,8 @@ describe.each(ROUTES)('SIGKILL mid-deploy: $name', (route) => {
     const a = await startAgentChild(loop.path, { flags: agentFlags(route) });
     try {
       await deploy(a, 'whole', file, route);
-      let c: Command;
-      while ((c = await lastCommand(a)).command_status === 'RUNNING') await new Promise((r) => setTimeout(r, 50));
+      let c = await lastCommand(a);
+      for (; c.command_status === 'RUNNING'; c = await lastCommand(a)) await new Promise((r) => setTimeout(r, 50));
       expect(c.command_error).toBeNull();
     } finally {
       await a.stop();
