@@ -28,6 +28,7 @@ const DEVICE = [
   'test/image-deploy.test.ts',
   'test/image-device-decoder.test.ts',
   'test/image-faults.test.ts',
+  'test/image-held-back.test.ts',
   'test/image-refusals.test.ts',
   'test/inspect-lldp.test.ts',
   'test/netconf-netns.test.ts',
@@ -40,6 +41,7 @@ const DEVICE = [
   'test/robust-cancel.test.ts',
   'test/robust-configdrive-room.test.ts',
   'test/robust-kill.test.ts',
+  'test/robust-kill-write-order.test.ts',
   'test/robust-prechecks.test.ts',
 ];
 const ELSEWHERE = ['test/ironic/**', 'test/e2e/**', 'test/fullloop/**', 'node_modules/**'];

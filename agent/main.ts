@@ -10,6 +10,7 @@ import { installLastWords, previousCrash, restartLine } from './last-words.ts';
 import { mirrorStatus, statusDocument, writeStatusSync } from './status-file.ts';
 import { inspectWithoutConductor } from './inspect/without-conductor.ts';
 import { cleanStaleBuffers } from './image/buffer.ts';
+import { clearUnfinishedWrite } from './image/sinks/write-journal.ts';
 import { loadHashAddon } from './image/image-hash.ts';
 import { syncClock } from './host/clock-sync.ts';
 
@@ -67,6 +68,9 @@ async function main(): Promise<void> {
   }
   // A previous run killed mid-deploy may have left an image buffer (RAM, on the ramdisk).
   await cleanStaleBuffers(config.image.bufferDir, log);
+  // A previous run killed mid-write (SIGKILL, the OOM killer) left its device half written: cleared before serving.
+  const cleared = await clearUnfinishedWrite(config.statusFile, agent.services.guard, log);
+  if (cleared) process.stderr.write(`ironic-node-agent: ${cleared}\n`);
 
   if (config.standalone) {
     const server = await agent.listen();

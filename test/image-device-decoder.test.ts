@@ -128,6 +128,9 @@ describe('<tool> -dc | dd onto a loop device', () => {
       try {
         await decoder.write(pieces(await pack(kind, image)));
         expect((await decoder.finish()).bytes).toBe(image.length);
+        // The first MiB is held back until commit: before it, the device's head is still blank.
+        expect((await readDevice(loop!.path, 0, MiB)).equals(Buffer.alloc(MiB))).toBe(true);
+        await decoder.commit();
       } finally {
         await decoder.release();
       }
@@ -144,6 +147,7 @@ describe('<tool> -dc | dd onto a loop device', () => {
       try {
         await decoder.write(pieces(padded, pulled));
         expect((await decoder.finish()).bytes).toBe(image.length);
+        await decoder.commit();
       } finally {
         await decoder.release();
       }

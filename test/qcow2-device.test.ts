@@ -84,6 +84,10 @@ async function streamOnto(spec: Spec, sectorSize: number, log = pino({ level: 's
         );
         const result = await sink.finish();
         expect(result.bytes).toBe(reference.length);
+        expect(result.head.equals(reference.subarray(0, result.head.length))).toBe(true);
+        // The guest's first MiB is held back until commit: before it, the device's head is blank.
+        expect((await readDevice(dev!.path, 0, MiB)).equals(Buffer.alloc(MiB))).toBe(true);
+        await sink.commit();
       } finally {
         await sink.release();
       }

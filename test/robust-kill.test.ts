@@ -137,6 +137,14 @@ describe('tools die with the agent', () => {
     await a.exited;
     await new Promise((r) => setTimeout(r, 300));
     expect(await alive([writer.pid, ...family])).toEqual([]);
+    // A killed qemu-img lingers as a zombie whose I/O threads finish the throttled writes already submitted
+    // (in the middle of the disk, never its ends), holding its lock on the device until they are done: waited
+    // out here, so that the next test's qemu-img can take the device.
+    await until(
+      async () => ((await readFile(`/proc/${writer.pid}/stat`).catch(() => null)) ? undefined : true),
+      'the killed qemu-img to be reaped',
+      60_000,
+    );
     // The killed deploy's buffer file is left behind; the next start deletes it.
     const leaked = (await readdir(scratch)).filter((n) => n.startsWith('ina-image-'));
     expect(leaked).toHaveLength(1);

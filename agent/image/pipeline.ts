@@ -23,6 +23,7 @@ import { BlockDeviceSink } from './sinks/block-device.ts';
 import { BufferFileSink } from './sinks/buffer-file.ts';
 import { DecoderPipe } from './sinks/decoder-pipe.ts';
 import { DeviceTarget } from './sinks/device-target.ts';
+import { WriteJournal, journalPath } from './sinks/write-journal.ts';
 import { QemuImgSink } from './sinks/qemu-img.ts';
 import { Qcow2Sink, streamsQcow2 } from './sinks/qcow2.ts';
 import type { HeadFacts, Sink, SinkResult, SinkTarget } from './sinks/sink.ts';
@@ -213,6 +214,8 @@ async function pour(
       await sink.write(gateFor(sniffed.kind, sink.headBytes, (head) => accept(head, facts))(tapped));
       result = await sink.finish();
       await after(result);
+      // Verified: only now does the disk get the image's first and last MiB, and with them its partition table.
+      await sink.commit();
     });
     return { result, compression: sniffed.kind };
   } catch (err) {
@@ -230,7 +233,7 @@ async function streamOnce(
 ): Promise<number> {
   const { info, device, meter } = job;
   const { guard, log } = job.services;
-  const leg: Leg = { job, target: new DeviceTarget(device, guard, log) };
+  const leg: Leg = { job, target: deviceTarget(job) };
   // The phase includes the request, so that its logged duration is the whole transfer.
   meter.start(route.phase, null);
   const image = await transfer.open(info.urls);
@@ -244,12 +247,19 @@ async function streamOnce(
   );
   meter.start('table', null);
   await settlePartitionTable(device, result.head, guard, log);
+  leg.target.done();
   return result.bytes;
 }
 
-async function bufferOnce(job: PipelineJob, transfer: Transfer, expected: ExpectedDigest): Promise<number> {
-  const { info, device, meter } = job;
+/** The job's device, with the write journal beside the status file (the next start clears a write left unfinished). */
+function deviceTarget(job: PipelineJob): DeviceTarget {
   const { config, guard, log } = job.services;
+  return new DeviceTarget(job.device, guard, log, new WriteJournal(journalPath(config.statusFile)));
+}
+
+async function bufferOnce(job: PipelineJob, transfer: Transfer, expected: ExpectedDigest): Promise<number> {
+  const { info, meter } = job;
+  const { config, log } = job.services;
   meter.start(ROUTES.buffer.phase, null);
   await cleanStaleBuffers(config.image.bufferDir, log);
   const image = await transfer.open(info.urls);
@@ -261,7 +271,7 @@ async function bufferOnce(job: PipelineJob, transfer: Transfer, expected: Expect
     throw err;
   }
   const file = bufferPath(config.image.bufferDir, info.id);
-  const leg: Leg = { job, target: new DeviceTarget(device, guard, log), buffer: { file, limit: budget.limit } };
+  const leg: Leg = { job, target: deviceTarget(job), buffer: { file, limit: budget.limit } };
   try {
     meter.setTotal(image.totalBytes ?? null);
     return await withImageHash(expected.algo, async (hash) => {
@@ -269,7 +279,7 @@ async function bufferOnce(job: PipelineJob, transfer: Transfer, expected: Expect
       const inline = compression === 'none' ? null : await hash.digest();
       const checksum = bufferChecksum(meter, hash, file, inline, expected, { imageId: info.id, url: image.url });
       meter.start('inspect', null);
-      const found = await inspectBuffer(file, info.diskFormat, config, device).catch(async (err: unknown) => {
+      const found = await inspectBuffer(file, info.diskFormat, config, job.device).catch(async (err: unknown) => {
         throw await checksum.explain(err);
       });
       leg.job.signal?.throwIfAborted();
@@ -290,10 +300,13 @@ async function bufferToDevice(found: InspectedBuffer, leg: Leg, verify: () => Pr
   const { meter, device, services } = leg.job;
   const { config, guard, log } = services;
   const facts: HeadFacts = { totalBytes: found.size, compression: 'none' };
-  const settle = async (result: SinkResult) => {
+  const settle = async (sink: { commit(): Promise<void> }, result: SinkResult) => {
     await verify();
+    // Verified: only now does the disk get the image's first and last MiB, and with them its partition table.
+    await sink.commit();
     meter.start('table', null);
     await settlePartitionTable(device, result.head, guard, log);
+    leg.target.done();
   };
   if (found.format === 'raw') {
     const sink = await BlockDeviceSink.open(leg.target, { inspected: true });
@@ -302,7 +315,7 @@ async function bufferToDevice(found: InspectedBuffer, leg: Leg, verify: () => Pr
       meter.start('write', found.virtualSize);
       const file = createReadStream(found.file, { highWaterMark: 8 * 1024 * 1024, ...cancelOption(leg.job) });
       await sink.write(tap(null, meter)(file));
-      await settle(await sink.finish());
+      await settle(sink, await sink.finish());
     });
     return;
   }
@@ -316,6 +329,6 @@ async function bufferToDevice(found: InspectedBuffer, leg: Leg, verify: () => Pr
     await accept(found.head, facts);
     meter.start('convert', found.virtualSize);
     await sink.write(found);
-    await settle(await sink.finish());
+    await settle(sink, await sink.finish());
   });
 }

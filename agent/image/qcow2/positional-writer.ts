@@ -11,6 +11,7 @@ import { ImageWriteError, errorText } from '../../errors.ts';
 import { writeAll } from '../../host/write-all.ts';
 import type { Logger } from '../../log.ts';
 import type { DeviceGuard } from '../../safety/device-guard.ts';
+import type { HeldBack } from '../sinks/held-back.ts';
 import { DeviceZeroing } from './device-zeroing.ts';
 import type { WriteTarget } from './reader.ts';
 
@@ -54,6 +55,8 @@ export class PositionalWriter implements WriteTarget {
     /** Nothing is written at or past this offset (the image's virtual size). */
     private readonly limit: number,
     private readonly log: Logger,
+    /** The device's first and last MiB, kept in memory until the sink commits them. */
+    private readonly held: HeldBack | null,
   ) {
     const memory = new WebAssembly.Memory({ initial: (DEPTH * BLOCK) / 65536 + 1 });
     this.blocks = Array.from({ length: DEPTH }, (_, i) => Buffer.from(memory.buffer, i * BLOCK, BLOCK));
@@ -62,10 +65,16 @@ export class PositionalWriter implements WriteTarget {
     this.zeroing = new DeviceZeroing(path);
   }
 
-  static async open(path: string, limit: number, guard: DeviceGuard, log: Logger): Promise<PositionalWriter> {
+  static async open(
+    path: string,
+    limit: number,
+    guard: DeviceGuard,
+    log: Logger,
+    held: HeldBack | null = null,
+  ): Promise<PositionalWriter> {
     await guard.assertWritable(path, 'write an image to');
     try {
-      return new PositionalWriter(await open(path, constants.O_RDWR | constants.O_DIRECT), path, limit, log);
+      return new PositionalWriter(await open(path, constants.O_RDWR | constants.O_DIRECT), path, limit, log, held);
     } catch (err) {
       throw new ImageWriteError(`cannot open ${path} for writing with direct I/O (O_DIRECT): ${errorText(err)}`);
     }
@@ -73,11 +82,21 @@ export class PositionalWriter implements WriteTarget {
 
   async write(offset: number, data: Buffer): Promise<void> {
     this.bounds(offset, data.length);
+    if (this.held && !this.held.passes(offset, data.length)) {
+      const [from, to] = this.held.take(offset, data);
+      if (to > from) await this.write(offset + from, data.subarray(from, to));
+      return;
+    }
     await this.put(offset, data.length, (block, at, from, n) => data.copy(block, at, from, from + n));
   }
 
   async zero(offset: number, length: number): Promise<void> {
     this.bounds(offset, length);
+    if (this.held && !this.held.passes(offset, length)) {
+      const [from, to] = this.held.zero(offset, length);
+      if (to > from) await this.zero(from, to - from);
+      return;
+    }
     const start = Math.ceil(offset / ALIGN) * ALIGN;
     const end = Math.floor((offset + length) / ALIGN) * ALIGN;
     if (!this.zeroing.working || end - start < ZEROOUT_MIN) {

@@ -3,6 +3,7 @@
 import type { DeviceGuard } from '../../safety/device-guard.ts';
 import { BlockWriter } from './block-writer.ts';
 import type { DeviceTarget } from './device-target.ts';
+import { HeldBack } from './held-back.ts';
 import type { HeadFacts, Sink, SinkResult } from './sink.ts';
 import { INSPECT_HEAD_BYTES } from '../inspect.ts';
 import { pipeline } from 'node:stream/promises';
@@ -15,6 +16,7 @@ export class BlockDeviceSink implements Sink {
   private constructor(
     private readonly target: DeviceTarget,
     private readonly writer: BlockWriter,
+    private readonly held: HeldBack,
     /** The head was inspected already (a buffered image): only clear the device. */
     private readonly inspected: boolean,
   ) {
@@ -22,18 +24,20 @@ export class BlockDeviceSink implements Sink {
   }
 
   static async open(target: DeviceTarget, opts: { inspected: boolean }): Promise<BlockDeviceSink> {
-    const writer = await BlockWriter.open(target.path, target.device.size, target.guard as DeviceGuard);
-    return new BlockDeviceSink(target, writer, opts.inspected);
+    const held = new HeldBack(target.device.size);
+    const writer = await BlockWriter.open(target.path, target.device.size, target.guard as DeviceGuard, held);
+    return new BlockDeviceSink(target, writer, held, opts.inspected);
   }
 
   async checkHead(head: Buffer, facts: HeadFacts): Promise<void> {
     if (!this.inspected) await this.target.refuseStreamedHead(head, facts);
     this.head = head;
-    await this.target.clear();
+    await this.target.prepare();
   }
 
   async write(chunks: AsyncIterable<Buffer>): Promise<void> {
-    // The writer syncs the device when its input ends, so the bytes are durable once this resolves.
+    // The writer syncs the device when its input ends, so the bytes are durable once this resolves (all but the
+    // held-back ones, which commit() writes).
     await pipeline(chunks, this.writer);
   }
 
@@ -41,11 +45,15 @@ export class BlockDeviceSink implements Sink {
     return { bytes: this.writer.written, head: this.head };
   }
 
+  commit(): Promise<void> {
+    return this.held.commit(this.target.path, this.target.guard);
+  }
+
   release(): Promise<void> {
     return this.writer.release();
   }
 
   wipe(): Promise<void> {
-    return this.target.clear();
+    return this.target.wipe();
   }
 }

@@ -15,6 +15,7 @@ import { Writable } from 'node:stream';
 import { ImageWriteError, errorText } from '../../errors.ts';
 import type { DeviceGuard } from '../../safety/device-guard.ts';
 import { assertNotFreed, freeDownloaded } from '../downloaded-chunks.ts';
+import type { HeldBack } from './held-back.ts';
 
 const MiB = 1024 * 1024;
 /** One write request: large enough for full-speed sequential I/O, no larger (docs/runtime.md, "Memory on Node 24"). */
@@ -53,14 +54,20 @@ export class BlockWriter extends Writable {
 
   /**
    * Opens `path` for an image: a device (checked against `guard`, written with O_DIRECT) or, with a null
-   * guard, a plain file that is created or truncated.
+   * guard, a plain file that is created or truncated. Bytes that land in `held`'s ranges are kept there
+   * instead of written (the caller commits them last).
    */
-  static async open(path: string, limit: number, guard: DeviceGuard | null): Promise<BlockWriter> {
+  static async open(
+    path: string,
+    limit: number,
+    guard: DeviceGuard | null,
+    held: HeldBack | null = null,
+  ): Promise<BlockWriter> {
     const blocks = alignedBlocks();
     if (guard) await guard.assertWritable(path, 'write an image to');
     try {
       const fh = guard ? await open(path, constants.O_RDWR | constants.O_DIRECT) : await open(path, 'w');
-      return new BlockWriter({ fh, path, direct: !!guard }, blocks, limit);
+      return new BlockWriter({ fh, path, direct: !!guard }, blocks, limit, held);
     } catch (err) {
       throw new ImageWriteError(
         `cannot open ${path} for writing${guard ? ' with direct I/O (O_DIRECT)' : ''}: ${errorText(err)}`,
@@ -76,6 +83,7 @@ export class BlockWriter extends Writable {
     private readonly blocks: Buffer[],
     /** Refuse to write past this many bytes (the device size, or what the buffer may take). */
     private readonly limit: number,
+    private readonly held: HeldBack | null,
   ) {
     super({ highWaterMark: BLOCK });
     this.settled = new Promise((resolve) => (this.markSettled = resolve));
@@ -144,7 +152,7 @@ export class BlockWriter extends Writable {
   private submit(length: number): void {
     const slot = this.current;
     const position = this.accepted - this.fill;
-    const write = () => this.writeAt(this.blocks[slot]!, length, position);
+    const write = this.placement(this.blocks[slot]!.subarray(0, length), position);
     // A file gets one write at a time: writers to one file queue on its inode lock, and parallel ones
     // mostly spin there (docs/performance.md).
     const started = this.target.direct ? write() : this.lastWrite.then(write);
@@ -153,6 +161,17 @@ export class BlockWriter extends Writable {
     });
     this.current = (slot + 1) % DEPTH;
     this.fill = 0;
+  }
+
+  /**
+   * What writes `bytes` at `position`: all of it, or, where it touches the held-back ranges, only the part between
+   * them (their edges are 4 KiB-aligned, so the part stays fit for O_DIRECT); the held part is copied now.
+   */
+  private placement(bytes: Buffer, position: number): () => Promise<void> {
+    const held = this.held;
+    if (!held || held.passes(position, bytes.length)) return () => this.writeAt(bytes, bytes.length, position);
+    const [from, to] = held.take(position, bytes);
+    return () => (to > from ? this.writeAt(bytes.subarray(from), to - from, position + from) : Promise.resolve());
   }
 
   private async writeAt(block: Buffer, length: number, position: number): Promise<void> {
@@ -180,7 +199,11 @@ export class BlockWriter extends Writable {
     if (aligned > 0) this.submit(aligned);
     await Promise.all(this.inFlight);
     if (this.failure) throw this.failure;
-    if (aligned < tail) await this.writeTail(block.subarray(aligned, tail), position + aligned);
+    if (aligned < tail) {
+      const piece = block.subarray(aligned, tail);
+      const [from, to] = this.held ? this.held.take(position + aligned, piece) : [0, piece.length];
+      if (to > from) await this.writeTail(piece.subarray(from, to), position + aligned + from);
+    }
     if (!this.target.direct) return;
     try {
       await this.target.fh.datasync();

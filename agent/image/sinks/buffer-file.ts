@@ -45,6 +45,9 @@ export class BufferFileSink implements Sink {
     }
   }
 
+  /** A file holds no partition table anyone boots from: nothing is held back. */
+  async commit(): Promise<void> {}
+
   async finish(): Promise<SinkResult> {
     return { bytes: (await stat(this.file)).size, head: Buffer.alloc(0) };
   }

@@ -1,7 +1,7 @@
 // What every sink that writes a device shares: the device guard, the head check of a stream onto it (a
 // container format that claims to be raw is refused, since raw bytes are copied and never given to
 // qemu-img; a plain download declared larger than the device is refused), clearing old signatures before
-// the first byte, and the wipe after a failure.
+// the first byte (with the write journal's note that the device is being written), and the wipe after a failure.
 import { AgentError, ImageWriteError, errorText } from '../../errors.ts';
 import type { Logger } from '../../log.ts';
 import type { DeviceGuard } from '../../safety/device-guard.ts';
@@ -9,12 +9,14 @@ import { refuseUnsafe } from '../gates.ts';
 import { INSPECT_HEAD_BYTES, inspectImage } from '../inspect.ts';
 import { clearSignatures } from '../../disk/signatures.ts';
 import type { HeadFacts, SinkTarget } from './sink.ts';
+import { WriteJournal } from './write-journal.ts';
 
 export class DeviceTarget {
   constructor(
     readonly device: SinkTarget,
     readonly guard: DeviceGuard,
     readonly log: Logger,
+    private readonly journal: WriteJournal = new WriteJournal(undefined),
   ) {}
 
   get path(): string {
@@ -41,10 +43,24 @@ export class DeviceTarget {
     await this.device.precheck?.({ head, partial: true });
   }
 
-  /**
-   * Clears partition-table and filesystem signatures and the first and last MiB: before a write, and after a failed
-   * one.
-   */
+  /** Before a write: notes it in the journal, then clears the device (`clear`). */
+  async prepare(): Promise<void> {
+    this.journal.begin(this.path, this.device.size);
+    await this.clear();
+  }
+
+  /** After a failed write: clears the device; the journal's note goes once that succeeded. */
+  async wipe(): Promise<void> {
+    await this.clear();
+    this.journal.end();
+  }
+
+  /** The image is on the device with its table settled: the write is no longer unfinished. */
+  done(): void {
+    this.journal.end();
+  }
+
+  /** Clears partition-table and filesystem signatures and the first and last MiB. */
   async clear(): Promise<void> {
     try {
       await clearSignatures(this.path, this.device.size, this.guard, this.log);

@@ -5,10 +5,8 @@
 // image's bytes to place them. No buffer file, no qemu-img: memory stays at the reader's spool budget and
 // the writer's blocks, whatever the image's size. What the reader cannot take is an ImageWriteError with
 // `needsBuffer`, and the pipeline sends the image the buffered way instead (docs/qcow2-streaming.md).
-import { constants } from 'node:fs';
-import { open } from 'node:fs/promises';
 import type { Config } from '../../config/config.ts';
-import { ImageWriteError, errorText } from '../../errors.ts';
+import { ImageWriteError } from '../../errors.ts';
 import { availableMemory } from '../../host/memory.ts';
 import { MEMORY_RESERVE } from '../buffer.ts';
 import { refuseUnsafe } from '../gates.ts';
@@ -22,6 +20,7 @@ import { Qcow2Reader } from '../qcow2/reader.ts';
 import { needsBuffer } from '../qcow2/spool.ts';
 import type { Compression } from '../sniff.ts';
 import type { DeviceTarget } from './device-target.ts';
+import { HeldBack } from './held-back.ts';
 import type { HeadFacts, Sink, SinkResult } from './sink.ts';
 
 type ImageConfig = Config['image'];
@@ -46,6 +45,7 @@ export class Qcow2Sink implements Sink {
   readonly headBytes: number;
   private reader: Qcow2Reader | null = null;
   private writer: PositionalWriter | null = null;
+  private held: HeldBack | null = null;
   private virtualSize = 0;
 
   private constructor(
@@ -87,8 +87,10 @@ export class Qcow2Sink implements Sink {
     this.virtualSize = layout.virtualSize;
     if (device.precheck)
       await device.precheck(await qcow2PrefixView(head, head.length < this.headBytes, declaredLength));
-    await this.target.clear();
-    this.writer = await PositionalWriter.open(device.path, layout.virtualSize, this.target.guard, this.target.log);
+    await this.target.prepare();
+    this.held = new HeldBack(device.size);
+    const { guard, log } = this.target;
+    this.writer = await PositionalWriter.open(device.path, layout.virtualSize, guard, log, this.held);
     this.reader = new Qcow2Reader(layout, this.writer, { spoolBudget: this.spoolBytes, declaredLength });
   }
 
@@ -110,24 +112,12 @@ export class Qcow2Sink implements Sink {
       { virtual_size: this.virtualSize, spool_peak: this.reader!.spoolPeak, spool_budget: this.spoolBytes },
       'qcow2 image placed by the streaming reader',
     );
-    return { bytes: this.virtualSize, head: await this.readHead() };
+    return { bytes: this.virtualSize, head: this.held!.imageHead(Math.min(INSPECT_HEAD_BYTES, this.virtualSize)) };
   }
 
-  /** The image's head as it is now on the device (the guest's first bytes), for the partition-table step. */
-  private async readHead(): Promise<Buffer> {
-    const { path } = this.target;
-    try {
-      const fh = await open(path, constants.O_RDONLY);
-      try {
-        const head = Buffer.alloc(Math.min(INSPECT_HEAD_BYTES, this.virtualSize));
-        await fh.read(head, 0, head.length, 0);
-        return head;
-      } finally {
-        await fh.close();
-      }
-    } catch (err) {
-      throw new ImageWriteError(`reading back the head of ${path} failed: ${errorText(err)}`);
-    }
+  /** The guest's first and last MiB, held back until the rest is on the device and verified. */
+  commit(): Promise<void> {
+    return this.held!.commit(this.target.path, this.target.guard);
   }
 
   async release(): Promise<void> {
@@ -135,6 +125,6 @@ export class Qcow2Sink implements Sink {
   }
 
   wipe(): Promise<void> {
-    return this.target.clear();
+    return this.target.wipe();
   }
 }

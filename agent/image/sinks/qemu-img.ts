@@ -2,13 +2,27 @@
 // (`-t none`), out-of-order writes and no sparse skipping, under an address-space limit; progress from its
 // `-p` output. One flush of the device after the conversion stands in for IPA's `-t directsync`
 // (docs/decisions.md).
-import { open } from 'node:fs/promises';
+// The conversion onto the device covers the image between the device's first and last MiB only (the raw
+// driver's `offset` and `size` on both sides); those two ends are converted into small files beside the
+// buffer, read into memory and written by `commit` once the rest is on the device (held-back.ts), so that
+// qemu-img or the agent killed mid-conversion leave no partition table.
+import { readFile, rm } from 'node:fs/promises';
 import { ImageWriteError } from '../../errors.ts';
 import { mortal, spawnTool } from '../../exec.ts';
 import { INSPECT_HEAD_BYTES } from '../inspect.ts';
 import { flushDevice } from '../settle.ts';
 import type { DeviceTarget } from './device-target.ts';
+import { HeldBack } from './held-back.ts';
 import type { Sink, SinkResult } from './sink.ts';
+
+/** A node of qemu's --image-opts: the raw driver over `child`, `size` bytes from `offset`. */
+function window(offset: number, size: number, child: Record<string, string>): string {
+  const opts = { driver: 'raw', offset: String(offset), size: String(size), ...child };
+  // In qemu's option syntax a comma inside a value is written twice.
+  return Object.entries(opts)
+    .map(([k, v]) => `${k}=${v.replaceAll(',', ',,')}`)
+    .join(',');
+}
 
 const MEMORY_ERRORS = /Cannot allocate memory|Resource temporarily unavailable/;
 
@@ -30,6 +44,7 @@ export class QemuImgSink implements Sink<InspectedFile> {
   readonly headBytes = 0;
   private child: ReturnType<typeof spawnTool> | null = null;
   private virtualSize = 0;
+  private held: HeldBack | null = null;
 
   constructor(
     private readonly target: DeviceTarget,
@@ -42,34 +57,51 @@ export class QemuImgSink implements Sink<InspectedFile> {
 
   /** The head was inspected with the whole file; the device is cleared before qemu-img starts. */
   checkHead(): Promise<void> {
-    return this.target.clear();
+    return this.target.prepare();
   }
 
   async write(input: InspectedFile): Promise<void> {
-    const { guard, log, path: device } = this.target;
+    const { guard, path: device } = this.target;
     this.virtualSize = input.virtualSize;
-    const args = [
-      `--as=${this.memoryLimitMiB * 1024 * 1024}`,
-      '--',
-      'qemu-img',
-      'convert',
-      '-p',
-      '-f',
-      input.format,
-      '-O',
-      'host_device',
-      '-t',
-      'none',
-      '-S',
-      '0',
-      '-W',
-      input.file,
-      device,
-    ];
+    const held = new HeldBack(this.target.device.size);
+    this.held = held;
+    const image = { 'file.driver': input.format, 'file.file.driver': 'file', 'file.file.filename': input.file };
+    const size = input.virtualSize;
+    const middleEnd = Math.min(size, held.tailStart);
+    if (middleEnd > held.headEnd) {
+      const middle = middleEnd - held.headEnd;
+      this.signal?.throwIfAborted();
+      await guard.assertWritable(device, 'convert an image onto');
+      const onto = { 'file.driver': 'host_device', 'file.filename': device };
+      const args = ['-t', 'none', '-S', '0', '-W', '-n'];
+      await this.convert(
+        [...args, '--image-opts', window(held.headEnd, middle, image), '--target-image-opts'],
+        window(held.headEnd, middle, onto),
+        (percent) => this.onProgress(held.headEnd + Math.round((middle * percent) / 100)),
+      );
+    }
+    // The ends, which the device gets last, through files of at most a MiB each.
+    const ends: [number, number][] = [[0, Math.min(size, held.headEnd)]];
+    if (size > held.tailStart) ends.push([held.tailStart, size - held.tailStart]);
+    for (const [offset, length] of ends) {
+      const file = `${input.file}.${offset === 0 ? 'head' : 'tail'}`;
+      try {
+        await this.convert(['-O', 'raw', '--image-opts', window(offset, length, image)], file, () => undefined);
+        held.take(offset, await readFile(file));
+      } finally {
+        await rm(file, { force: true });
+      }
+    }
+    this.onProgress(size);
+  }
+
+  /** One `qemu-img convert [...args] <output>` under the address-space limit; `onPercent` gets its progress. */
+  private async convert(args: string[], output: string, onPercent: (percent: number) => void): Promise<void> {
+    const { log, path: device } = this.target;
+    const all = [`--as=${this.memoryLimitMiB * 1024 * 1024}`, '--', 'qemu-img', 'convert', '-p', ...args, output];
     this.signal?.throwIfAborted();
-    await guard.assertWritable(device, 'convert an image onto');
-    log.info({ cmd: `prlimit ${args.join(' ')}` }, 'converting image');
-    const child = spawnTool(...mortal('prlimit', args), {
+    log.info({ cmd: `prlimit ${all.join(' ')}` }, 'converting image');
+    const child = spawnTool(...mortal('prlimit', all), {
       env: { MALLOC_ARENA_MAX: '3', LC_ALL: 'C' },
       buffer: { stdout: false, stderr: true },
       stdin: 'ignore',
@@ -78,7 +110,7 @@ export class QemuImgSink implements Sink<InspectedFile> {
     this.child = child;
     child.stdout?.setEncoding('utf8').on('data', (text: string) => {
       const last = [...text.matchAll(/\((\d+(?:\.\d+)?)\/100%\)/g)].at(-1);
-      if (last) this.onProgress(Math.round((input.virtualSize * Number(last[1])) / 100));
+      if (last) onPercent(Number(last[1]));
     });
     try {
       await child;
@@ -99,14 +131,12 @@ export class QemuImgSink implements Sink<InspectedFile> {
 
   async finish(): Promise<SinkResult> {
     await flushDevice(this.target.path, this.target.guard);
-    const fh = await open(this.target.path, 'r');
-    try {
-      const head = Buffer.alloc(INSPECT_HEAD_BYTES);
-      const { bytesRead } = await fh.read(head, 0, head.length, 0);
-      return { bytes: this.virtualSize, head: head.subarray(0, bytesRead) };
-    } finally {
-      await fh.close();
-    }
+    return { bytes: this.virtualSize, head: this.held!.imageHead(INSPECT_HEAD_BYTES) };
+  }
+
+  /** The image's first and last MiB, once the rest is on the device and verified. */
+  commit(): Promise<void> {
+    return this.held!.commit(this.target.path, this.target.guard);
   }
 
   async release(): Promise<void> {
@@ -117,6 +147,6 @@ export class QemuImgSink implements Sink<InspectedFile> {
   }
 
   wipe(): Promise<void> {
-    return this.target.clear();
+    return this.target.wipe();
   }
 }

@@ -51,7 +51,7 @@ export interface SinkResult {
 /**
  * Contract, in the order the pipeline calls it (one sink serves exactly one attempt):
  *
- *   checkHead(head) ─▶ write(chunks) ─▶ finish()        and always, last: release(); after a failure: wipe()
+ *   checkHead(head) ─▶ write(chunks) ─▶ finish() ─▶ commit()     and always, last: release(); after a failure: wipe()
  *
  * Ordering a sink may rely on:
  * - `checkHead` is called once, before `write`, with the first `headBytes` bytes of the *image* (decoded when
@@ -64,7 +64,13 @@ export interface SinkResult {
  *   before it reaches the sink, so a sink never sees a resume. `write` resolves when every chunk is accepted.
  *   A sink that copies a chunk may free it then (image/downloaded-chunks.ts): the stages before it pass on
  *   chunks they do not keep, and copies of those they do.
- * - `finish` is called only after `write` resolved; it resolves once the bytes are durable on the target.
+ * - `finish` is called only after `write` resolved; it resolves once the bytes are durable on the target, all but
+ *   the held-back ones: a device sink keeps the image's bytes that land in the device's first and last MiB in
+ *   memory (held-back.ts), so that a process killed before `commit` (SIGKILL, the OOM killer) leaves a disk with
+ *   no partition table. `finish`'s result already carries the image's head, from memory.
+ * - `commit` is called only after `finish` resolved and the caller verified the image (its checksum); it writes
+ *   the held-back bytes and flushes the device. From then on the disk holds the new table. A file sink has
+ *   nothing to commit.
  * - `release` is called exactly once per opened sink, after success or failure, and is idempotent: it stops
  *   every writer and child process and resolves only when none of them can still change the target.
  *
@@ -86,6 +92,7 @@ export interface Sink<Input = AsyncIterable<Buffer>> {
   checkHead(head: Buffer, facts: HeadFacts): Promise<void>;
   write(input: Input): Promise<void>;
   finish(): Promise<SinkResult>;
+  commit(): Promise<void>;
   release(): Promise<void>;
   wipe(): Promise<void>;
 }
