@@ -10,6 +10,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { ImageWriteError } from '../../errors.ts';
 import { mortal } from '../../exec.ts';
+import { INSPECT_HEAD_BYTES } from '../inspect.ts';
 import { DECODER_TOOL, type Compressed } from '../sniff.ts';
 import type { DeviceTarget } from './device-target.ts';
 import { HeldBack } from './held-back.ts';
