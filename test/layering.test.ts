@@ -21,6 +21,8 @@ const LAYERS: readonly (readonly string[])[] = [
     'undici.ts',
     'progress.ts',
     'exec.ts',
+    'lock.ts',
+    'bounded-json.ts',
   ],
   // the machine and the agent's settings and state
   ['config/', 'host/', 'safety/', 'state.ts', 'services.ts'],
