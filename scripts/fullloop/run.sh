@@ -17,7 +17,8 @@ for p in python3-pyghmi ipmitool ovmf ipxe-qemu genisoimage mmdebstrap mtools do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
 done
 [ ${#need[@]} -eq 0 ] || apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends "${need[@]}" >&2
-bash image-build/build.sh >&2
+# The e2e suite's plugin folder, so that the two suites boot one build of the ramdisk (test/e2e/setup.ts).
+INA_HARDWARE_MANAGERS=test/e2e/hardware-managers bash image-build/build.sh >&2
 export FULLLOOP_IMAGE; FULLLOOP_IMAGE=$(bash scripts/fullloop/build-cloud-image.sh)
 ns="ina-fullloop-$$"
 cleanup() {

@@ -177,6 +177,31 @@ describe('the ramdisk under QEMU', () => {
     // pstore is mounted, so that erase_pstore finds the firmware's crash records (it reads /proc/mounts).
     expect(await member('mounts')).toMatch(/^pstore \/sys\/fs\/pstore pstore /m);
 
+    // The suite's plugin (test/e2e/hardware-managers), baked in by image-build as an operator's would be: listed
+    // under its manager with its args, and run by busybox sh with its args on stdin, its output in the agent log.
+    const listed = await agentCommand(v, 'clean.get_clean_steps', {
+      node: { uuid: 'e2e-standalone', properties: {}, instance_info: {}, driver_internal_info: {} },
+      ports: [],
+    });
+    expect(listed.command_status).toBe('SUCCEEDED');
+    const steps = listed.command_result as unknown as {
+      clean_steps: Record<string, { step: string; priority: number; argsinfo: Record<string, unknown> }[]>;
+      hardware_manager_version: Record<string, string>;
+    };
+    expect(steps.clean_steps.E2eProbeManager?.map((x) => [x.step, x.priority])).toEqual([['e2e_probe', 0]]);
+    expect(steps.clean_steps.E2eProbeManager?.[0]?.argsinfo).toHaveProperty('word');
+    expect(steps.hardware_manager_version).toMatchObject({ ina_e2e: '1.0' });
+    mark = v.serial().length;
+    const probed = await agentCommand(v, 'clean.execute_clean_step', {
+      step: { step: 'e2e_probe', priority: 0, interface: 'deploy', args: { word: 'baked-in' } },
+      node: { uuid: 'e2e-standalone', properties: {}, instance_info: {}, driver_internal_info: {} },
+      ports: [],
+      clean_version: steps.hardware_manager_version,
+    });
+    expect(probed.command_error).toBeNull();
+    expect(probed.command_status).toBe('SUCCEEDED');
+    await seen(/e2e probe says baked-in for node e2e-standalone/, mark);
+
     // Cleaning with the ramdisk's wipefs, sgdisk and dd, as a conductor asks for it.
     const cleaned = await agentCommand(v, 'clean.execute_clean_step', {
       step: {

@@ -25,7 +25,12 @@ export default function setup(): void {
       env,
     });
   }
-  execFileSync('bash', [join(repo, 'image-build', 'build.sh')], { stdio: 'inherit' });
+  // The suite's own hardware manager plugin goes into the ramdisk as an operator's would (the full loop bakes in
+  // the same folder, so both boot one build).
+  execFileSync('bash', [join(repo, 'image-build', 'build.sh')], {
+    stdio: 'inherit',
+    env: { ...process.env, INA_HARDWARE_MANAGERS: join(repo, 'test', 'e2e', 'hardware-managers') },
+  });
   for (const f of ['vmlinuz', 'initramfs.img', 'manifest.json']) {
     if (!existsSync(join(repo, 'image-build', 'out', f)))
       throw new Error(`e2e setup: the build made no image-build/out/${f}`);
