@@ -60,12 +60,25 @@ describe('configuration', () => {
     expect(() => parseFlags(['stray'])).toThrow(/unexpected argument "stray"/);
   });
 
-  it('names the IPA parameters it accepts without acting on them, so that main.ts can warn once', () => {
-    expect(build('ipa-disk-wait-attempts=5 ipa-disk-wait-delay=1', ['--standalone']).notActedOn).toEqual([
-      'ipa-disk-wait-attempts',
-      'ipa-disk-wait-delay',
+  it('names the IPA parameters it accepts without acting on them, and unknown ipa-* ones, so that main.ts can warn once', () => {
+    const c = build(
+      'ipa-disk-wait-attempts=5 ipa-disk-wait-delay=1 ipa-use-mdns=1 ipa-enable-vlan-interfaces=eth0.100,all ' +
+        'ipa-inject-files-priority=50 ipa-colect-lldp=1 ina-console-shell=0 console=ttyS0 sshkey=x',
+      ['--standalone'],
+    );
+    expect(c.disks.waitAttempts).toBe(5);
+    expect(c.disks.waitDelayS).toBe(1);
+    expect(c.vlanInterfaces).toEqual(['eth0.100', 'all']);
+    expect(c.injectFilesPriority).toBe(50);
+    expect(c.notActedOn).toEqual([
+      'ipa-use-mdns (finding the conductor by mDNS is not supported; give ipa-api-url)',
+      'kernel parameter ipa-colect-lldp (not an IPA parameter this agent knows)',
     ]);
-    expect(build('', ['--standalone']).notActedOn).toEqual([]);
+    const d = build('', ['--standalone']);
+    expect(d.notActedOn).toEqual([]);
+    expect([d.disks.waitAttempts, d.disks.waitDelayS, d.injectFilesPriority, d.vlanInterfaces]).toEqual([10, 3, 0, []]);
+    expect(() => build('ipa-inject-files-priority=100', ['--standalone'])).toThrow(/must be at most 99/);
+    expect(() => build('ipa-disk-wait-attempts=-1', ['--standalone'])).toThrow(/must be at least 0/);
   });
 
   it('reads the command line from the file --kernel-cmdline names', async () => {
@@ -118,10 +131,10 @@ describe('configuration', () => {
     expect(load).toThrow(`option listen_port in ${conf}="many": expected a number`);
     await writeFile(conf, '[DEFAULT]\nlisten_port\n');
     expect(load).toThrow(`${conf} line 2: expected "option = value" or "[section]"`);
-    await writeFile(conf, '[DEFAULT]\ncertfile = /x.pem\ndisk_wait_attempts = 3\n[mdns]\nuse_mdns = true\n');
+    await writeFile(conf, '[DEFAULT]\ncertfile = /x.pem\nsome_new_option = 3\n[mdns]\nuse_mdns = true\n');
     expect(load().notActedOn).toEqual([
-      `option disk_wait_attempts in ${conf}`,
-      `option certfile in ${conf}`,
+      `option certfile in ${conf} (client certificates toward Ironic are not implemented)`,
+      `option some_new_option in ${conf}`,
       `option [mdns] use_mdns (${conf})`,
     ]);
   });

@@ -19,7 +19,8 @@ import { IronicApi } from './ironic-api.ts';
 import { lookupNode, type LookupResult } from './lookup.ts';
 import { acceptToken, type LookupConfig } from './lookup-reply.ts';
 import { inspectUntilAnswered, type InspectionDeps } from '../inspect/flow.ts';
-import { waitForNicMacs } from './nics.ts';
+import { nicMacs, waitForNicMacs } from './nics.ts';
+import { enableVlanInterfaces, liveVlanSetup } from '../inspect/vlans.ts';
 import { V_TOKEN_ON_GET, V_VERIFY_CA, VersionCache } from './versions.ts';
 
 export interface LinkOptions {
@@ -200,6 +201,9 @@ export class ConductorLink {
         `no network interface with a MAC address appeared within ${this.config.lookup.nicWaitS} s`,
       );
     }
+    // IPA makes them in its first inventory, before inspection and lookup; lookup then sends their MACs too.
+    if ((await enableVlanInterfaces(liveVlanSetup(this.config, this.log))).length > 0)
+      boot.macs = await (this.opts.nics ?? nicMacs)();
     const found = await this.lookup(boot, await this.inspectFirst(boot));
     const version = found.version;
 
