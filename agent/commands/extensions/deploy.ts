@@ -43,6 +43,11 @@ export const DEPLOY_STEPS: readonly StepDescription[] = [
   }),
 ];
 
+/** The steps as get_deploy_steps advertises them: inject_files at ipa-inject-files-priority, as IPA does. */
+export function deploySteps(injectFilesPriority: number): StepDescription[] {
+  return DEPLOY_STEPS.map((s) => (s.step === 'inject_files' ? { ...s, priority: injectFilesPriority } : s));
+}
+
 interface DeployStepParams {
   step: Record<string, unknown>;
   node?: Record<string, unknown>;
@@ -68,8 +73,8 @@ export const deployRunners: Readonly<Record<string, Runner>> = {
     // the node's inject_files property first, then the step's files, as IPA merges them
     const fromNode = parseInjectFiles(isObject(node?.properties) ? node.properties.inject_files : undefined);
     const files = [...fromNode, ...parseInjectFiles(args.files)];
-    parseVerifyCa(args.verify_ca);
-    await injectFiles(ctx, files, rootHintsOf(node));
+    const verifyCa = parseVerifyCa(args.verify_ca);
+    await injectFiles(ctx, files, rootHintsOf(node), { verifyCa, node, signal: ctx.signal });
     return null;
   },
 };
@@ -97,7 +102,7 @@ export const deploy: Extension = {
   get_deploy_steps: command({
     mode: 'sync',
     parse: () => undefined,
-    run: () => stepsResult('deploy', DEPLOY_STEPS),
+    run: (_p, ctx) => stepsResult('deploy', deploySteps(ctx.config.injectFilesPriority)),
   }),
 
   execute_deploy_step: command({
