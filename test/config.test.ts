@@ -5,6 +5,7 @@ import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { buildConfig, loadConfig } from '../agent/config/config.ts';
 import { parseFlags, parseKernelCmdline } from '../agent/config/sources.ts';
+import { lookupKeysNotActedOn } from '../agent/config/lookup-keys.ts';
 
 const build = (kernel: string, flags: string[] = []) => buildConfig(parseKernelCmdline(kernel), parseFlags(flags));
 
@@ -79,6 +80,46 @@ describe('configuration', () => {
     expect([d.disks.waitAttempts, d.disks.waitDelayS, d.injectFilesPriority, d.vlanInterfaces]).toEqual([10, 3, 0, []]);
     expect(() => build('ipa-inject-files-priority=100', ['--standalone'])).toThrow(/must be at most 99/);
     expect(() => build('ipa-disk-wait-attempts=-1', ['--standalone'])).toThrow(/must be at least 0/);
+  });
+
+  it('names the lookup config keys it does not act on when their value matters, and keys it does not know', () => {
+    // What Ironic sends by default (its test_ramdisk.py key set): nothing to warn about.
+    const ironic = {
+      metrics: {
+        backend: 'noop',
+        prepend_host: false,
+        prepend_uuid: false,
+        prepend_host_reverse: true,
+        global_prefix: null,
+      },
+      metrics_statsd: { statsd_host: 'localhost', statsd_port: 8125 },
+      heartbeat_timeout: 300,
+      agent_containers: { allow_arbitrary_containers: false, allowed_containers: [], runner: 'podman' },
+      agent_token: 'x'.repeat(43),
+      agent_token_required: true,
+      agent_md5_checksum_enable: true,
+      disable_deep_image_inspection: false,
+      permitted_image_formats: ['raw', 'qcow2'],
+      agent_skip_bmc_detect: false,
+      enable_bios_bootloader_install: false,
+      tls_min_version: '1.3',
+      tls_cipher_suites: null,
+    };
+    expect(lookupKeysNotActedOn(ironic)).toEqual([]);
+    expect(
+      lookupKeysNotActedOn({
+        ...ironic,
+        metrics: { backend: 'statsd' },
+        agent_skip_bmc_detect: true,
+        enable_bios_bootloader_install: true,
+        agent_new_thing: 1,
+      }),
+    ).toEqual([
+      'config.metrics={"backend":"statsd"} (the agent emits no metrics)',
+      'config.agent_skip_bmc_detect=true (the BMC is asked with ipmitool wherever the kernel exposes an IPMI device)',
+      'config.enable_bios_bootloader_install=true (installing a BIOS boot loader is not implemented)',
+      'config.agent_new_thing (not a lookup key this agent knows)',
+    ]);
   });
 
   it('reads the command line from the file --kernel-cmdline names', async () => {

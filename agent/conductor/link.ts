@@ -20,6 +20,7 @@ import { lookupNode, type LookupResult } from './lookup.ts';
 import { acceptToken, type LookupConfig } from './lookup-reply.ts';
 import { inspectUntilAnswered, type InspectionDeps } from '../inspect/flow.ts';
 import { nicMacs, waitForNicMacs } from './nics.ts';
+import { lookupKeysNotActedOn } from '../config/lookup-keys.ts';
 import { enableVlanInterfaces, liveVlanSetup } from '../inspect/vlans.ts';
 import { V_TOKEN_ON_GET, V_VERIFY_CA, VersionCache } from './versions.ts';
 
@@ -264,6 +265,8 @@ export class ConductorLink {
       { api: this.api, clock: this.clock, random: this.random, log: this.log, signal: boot.abort.signal },
     );
     applyLookupConfig(this.config, found.config);
+    const ignored = lookupKeysNotActedOn(found.config.raw);
+    if (ignored.length > 0) this.log.warn({ keys: ignored }, `lookup config not acted on: ${ignored.join(', ')}`);
     this.useVersion(boot, found.version);
     if (boot.target) boot.target.version = found.version;
     this.state.setToken(found.token);
