@@ -73,8 +73,10 @@ describe('configuration', () => {
     expect(c.injectFilesPriority).toBe(50);
     expect(c.notActedOn).toEqual([
       'ipa-use-mdns (finding the conductor by mDNS is not supported; give ipa-api-url)',
+      'sshkey (the SSH debug login of IPA images (DIB dynamic-login) is not in this ramdisk)',
       'kernel parameter ipa-colect-lldp (not an IPA parameter this agent knows)',
     ]);
+    expect(build('ipa-standalone=1').standalone).toBe(true);
     const d = build('', ['--standalone']);
     expect(d.notActedOn).toEqual([]);
     expect([d.disks.waitAttempts, d.disks.waitDelayS, d.injectFilesPriority, d.vlanInterfaces]).toEqual([10, 3, 0, []]);

@@ -122,7 +122,10 @@ export const NOT_ACTED_ON: Readonly<Record<string, string>> = {
   'ipa-tls-key-file': 'TLS with an operator-supplied certificate is not implemented; auto-TLS is',
   'ipa-certfile': 'client certificates toward Ironic are not implemented',
   'ipa-keyfile': 'client certificates toward Ironic are not implemented',
-  'ipa-hardware-managers': 'the agent has one built-in hardware manager',
+  'ipa-agent-token-required': 'IPA ignores it too: a token once issued is always required',
+  // DIB's dynamic-login element in IPA's published images reads these two.
+  sshkey: 'the SSH debug login of IPA images (DIB dynamic-login) is not in this ramdisk',
+  rootpwd: 'the root password login of IPA images (DIB dynamic-login) is not in this ramdisk',
 };
 
 const NO_FILES: ConfFiles = { values: new Map(), otherSections: [] };
@@ -145,7 +148,8 @@ export function buildConfig(
 
   const config: Config = {
     apiUrls,
-    standalone: r.bool('standalone', false),
+    // `standalone` as a flag; IPA's kernel parameter is ipa-standalone.
+    standalone: r.bool('standalone', r.bool('ipa-standalone', false)),
     debug: r.bool('ipa-debug', false),
     globalRequestId: r.str('ipa-global-request-id'),
     listen: {
