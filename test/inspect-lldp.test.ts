@@ -3,13 +3,16 @@
 // namespace this test creates, real LLDP frames built by scapy sent into its veths from the other end, and the
 // VLAN interfaces ipa-enable-vlan-interfaces makes from them over those veths.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { HostRoot } from '../agent/inspect/host-root.ts';
+import { readInterfaces } from '../agent/inspect/interfaces.ts';
 import { describeLldp, parseLldpFrame, pcapPackets } from '../agent/inspect/lldp.ts';
 import { captureLldp, LLDP_HELPER, parseHelperOutput } from '../agent/inspect/lldp-capture.ts';
 import { lldpVlanIds, planVlans } from '../agent/inspect/vlans.ts';
 import { switchFrame } from './helpers/lldp-frames.ts';
+import { buildTree } from './helpers/sys-tree.ts';
 
 const PCAP = join(import.meta.dirname, 'fixtures/inspect/lldp/leaf.pcap');
 
@@ -152,6 +155,20 @@ describe.skipIf(!haveTools)('live capture in a network namespace, frames from sc
     expect(tlvs[1]).toEqual([2, `05${Buffer.from('Ethernet12').toString('hex')}`]);
     expect(lldpVlanIds(tlvs)).toEqual([100, 200]);
     expect(tlvs.at(-1)).toEqual([0, '']);
+    // What the inventory carries for the NIC with ipa-collect-lldp: these TLVs, as they came (a NIC in the kernel's
+    // sysfs layout stands for nic0, which as a veth is no NIC to IPA).
+    const pci = '0000:00:03.0';
+    const tree = await buildTree({
+      'sys/class/net/eth0': { link: `../../devices/pci0000:00/${pci}/net/eth0` },
+      [`sys/devices/pci0000:00/${pci}/net/eth0/address`]: '52:54:00:12:34:56\n',
+      [`sys/devices/pci0000:00/${pci}/net/eth0/device`]: { link: `../../../${pci}` },
+    });
+    try {
+      const [eth0] = await readInterfaces(new HostRoot(tree), { addresses: {}, lldp: { eth0: tlvs } });
+      expect(eth0).toMatchObject({ name: 'eth0', mac_address: '52:54:00:12:34:56', lldp: tlvs });
+    } finally {
+      await rm(tree, { recursive: true, force: true });
+    }
     // the sender's own frames leaving sw0 are not taken as a neighbour's
     const own = await captureLldp(['sw0'], { timeoutS: 1, command });
     expect(own.frames).toEqual({ sw0: [] });
