@@ -67,7 +67,6 @@ describe('the LLDP helper output and the VLAN plan', () => {
     expect(plan.create.map((v) => v.name)).toEqual(['eth1.300', 'eth1.301']);
     expect(plan.warnings).toEqual([
       'VLAN interface eth0.100 has already been added',
-      'Provided interface name eth0.100 was not found in the LLDP data',
       'Provided VLAN interface eth9.5 does not exist',
       'Provided VLAN interface eth1.5000: the VLAN id must be 1 to 4094',
       'Provided interface name eth7 was not found',

@@ -83,7 +83,8 @@ export function planVlans(
       );
       continue;
     }
-    if (entry.toLowerCase() === 'all') for (const nic of nics) fromLldp(nic);
+    // `all`: every NIC that was listened to (VLAN interfaces already there are not parents of more).
+    if (entry.toLowerCase() === 'all') for (const nic of nics.filter((n) => lldp[n.name])) fromLldp(nic);
     else {
       const nic = nics.find((n) => n.name.toLowerCase() === entry.toLowerCase());
       if (nic) fromLldp(nic);
