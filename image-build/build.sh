@@ -39,6 +39,11 @@ bash "$repo/scripts/build-addon.sh" "$work/bundles/hash-addon.node"
 rm -f "$work/bundles/hash-addon.node.stamp"
 "$node_bin" -e 'require(process.argv[1]).create("sha256")' "$work/bundles/hash-addon.node" ||
   { echo "build.sh: the hashing addon does not load in the ramdisk's Node" >&2; exit 1; }
+# The LLDP capture helper (libc only) goes beside agent.cjs too (agent/inspect/lldp-capture.ts).
+bash "$repo/scripts/build-lldp-listen.sh" "$work/bundles/ina-lldp-listen"
+rm -f "$work/bundles/ina-lldp-listen.stamp"
+"$work/bundles/ina-lldp-listen" 0 lo | grep -Eq '^lo (none$|error )' ||
+  { echo "build.sh: the LLDP helper does not run" >&2; exit 1; }
 # Bundles that cannot start must fail the build, not the boot: run both once with the ramdisk's Node.
 printf 'standalone=1\n' > "$work/cmdline"
 "$node_bin" "$work/bundles/agent.cjs" --kernel-cmdline="$work/cmdline" --ipa-listen-host=127.0.0.1 \

@@ -35,7 +35,8 @@ declare -A tools=(
 # nginx-light starts no service here.
 [ "${1:-}" = bench ] && [ "${BENCH_SERVER:-nginx}" = nginx ] && tools+=([nginx]=nginx-light)
 # file -> Debian package, for packages that bring no command
-declare -A files=([/usr/include/stdlib.h]=libc6-dev)
+# The LLDP tests' switch side builds its frames with scapy's LLDP layers (test/helpers/lldp-send.py).
+declare -A files=([/usr/include/stdlib.h]=libc6-dev [/usr/lib/python3/dist-packages/scapy/contrib/lldp.py]=python3-scapy)
 if [ "${1:-}" = vm ]; then
   tools+=([qemu-system-x86_64]=qemu-system-x86 [readelf]=binutils [strip]=binutils)
   # The e2e's SSH client for the rescue login (binaries only: the package starts no server).

@@ -4,6 +4,7 @@ import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { buildConfig, loadConfig } from '../agent/config/config.ts';
 import { parseFlags, parseKernelCmdline } from '../agent/config/sources.ts';
+import { lookupKeysNotActedOn } from '../agent/config/lookup-keys.ts';
 import { testTempDir } from './helpers/temp-dir.ts';
 
 const build = (kernel: string, flags: string[] = []) => buildConfig(parseKernelCmdline(kernel), parseFlags(flags));
@@ -60,12 +61,67 @@ describe('configuration', () => {
     expect(() => parseFlags(['stray'])).toThrow(/unexpected argument "stray"/);
   });
 
-  it('names the IPA parameters it accepts without acting on them, so that main.ts can warn once', () => {
-    expect(build('ipa-disk-wait-attempts=5 ipa-disk-wait-delay=1', ['--standalone']).notActedOn).toEqual([
-      'ipa-disk-wait-attempts',
-      'ipa-disk-wait-delay',
+  it('names the IPA parameters it accepts without acting on them, and unknown ipa-* ones, so that main.ts can warn once', () => {
+    const c = build(
+      'ipa-disk-wait-attempts=5 ipa-disk-wait-delay=1 ipa-use-mdns=1 ipa-enable-vlan-interfaces=eth0.100,all ' +
+        'ipa-inject-files-priority=50 ipa-colect-lldp=1 ina-console-shell=0 console=ttyS0 sshkey=x',
+      ['--standalone'],
+    );
+    expect(c.disks.waitAttempts).toBe(5);
+    expect(c.disks.waitDelayS).toBe(1);
+    expect(c.vlanInterfaces).toEqual(['eth0.100', 'all']);
+    expect(c.injectFilesPriority).toBe(50);
+    expect(c.notActedOn).toEqual([
+      'ipa-use-mdns (finding the conductor by mDNS is not supported; give ipa-api-url)',
+      'sshkey (the SSH debug login of IPA images (DIB dynamic-login) is not in this ramdisk)',
+      'kernel parameter ipa-colect-lldp (not an IPA parameter this agent knows)',
     ]);
-    expect(build('', ['--standalone']).notActedOn).toEqual([]);
+    expect(build('ipa-standalone=1').standalone).toBe(true);
+    const d = build('', ['--standalone']);
+    expect(d.notActedOn).toEqual([]);
+    expect([d.disks.waitAttempts, d.disks.waitDelayS, d.injectFilesPriority, d.vlanInterfaces]).toEqual([10, 3, 0, []]);
+    expect(() => build('ipa-inject-files-priority=100', ['--standalone'])).toThrow(/must be at most 99/);
+    expect(() => build('ipa-disk-wait-attempts=-1', ['--standalone'])).toThrow(/must be at least 0/);
+  });
+
+  it('names the lookup config keys it does not act on when their value matters, and keys it does not know', () => {
+    // What Ironic sends by default (its test_ramdisk.py key set): nothing to warn about.
+    const ironic = {
+      metrics: {
+        backend: 'noop',
+        prepend_host: false,
+        prepend_uuid: false,
+        prepend_host_reverse: true,
+        global_prefix: null,
+      },
+      metrics_statsd: { statsd_host: 'localhost', statsd_port: 8125 },
+      heartbeat_timeout: 300,
+      agent_containers: { allow_arbitrary_containers: false, allowed_containers: [], runner: 'podman' },
+      agent_token: 'x'.repeat(43),
+      agent_token_required: true,
+      agent_md5_checksum_enable: true,
+      disable_deep_image_inspection: false,
+      permitted_image_formats: ['raw', 'qcow2'],
+      agent_skip_bmc_detect: false,
+      enable_bios_bootloader_install: false,
+      tls_min_version: '1.3',
+      tls_cipher_suites: null,
+    };
+    expect(lookupKeysNotActedOn(ironic)).toEqual([]);
+    expect(
+      lookupKeysNotActedOn({
+        ...ironic,
+        metrics: { backend: 'statsd' },
+        agent_skip_bmc_detect: true,
+        enable_bios_bootloader_install: true,
+        agent_new_thing: 1,
+      }),
+    ).toEqual([
+      'config.metrics={"backend":"statsd"} (the agent emits no metrics)',
+      'config.agent_skip_bmc_detect=true (the BMC is asked with ipmitool wherever the kernel exposes an IPMI device)',
+      'config.enable_bios_bootloader_install=true (installing a BIOS boot loader is not implemented)',
+      'config.agent_new_thing (not a lookup key this agent knows)',
+    ]);
   });
 
   it('reads the command line from the file --kernel-cmdline names', async () => {
@@ -118,10 +174,10 @@ describe('configuration', () => {
     expect(load).toThrow(`option listen_port in ${conf}="many": expected a number`);
     await writeFile(conf, '[DEFAULT]\nlisten_port\n');
     expect(load).toThrow(`${conf} line 2: expected "option = value" or "[section]"`);
-    await writeFile(conf, '[DEFAULT]\ncertfile = /x.pem\ndisk_wait_attempts = 3\n[mdns]\nuse_mdns = true\n');
+    await writeFile(conf, '[DEFAULT]\ncertfile = /x.pem\nsome_new_option = 3\n[mdns]\nuse_mdns = true\n');
     expect(load().notActedOn).toEqual([
-      `option disk_wait_attempts in ${conf}`,
-      `option certfile in ${conf}`,
+      `option certfile in ${conf} (client certificates toward Ironic are not implemented)`,
+      `option some_new_option in ${conf}`,
       `option [mdns] use_mdns (${conf})`,
     ]);
   });

@@ -30,7 +30,7 @@ describe('inject_files argument validation (nothing touched)', () => {
     ['neither content nor deleted', [{ path: '/a' }], /either content or deleted/],
     ['content and deleted', [{ path: '/a', content: b64('x'), deleted: true }], /cannot both be set/],
     ['content not base64', [{ path: '/a', content: 'no*base64' }], /not valid base64/],
-    ['content URL', [{ path: '/a', content: 'http://example.invalid/x' }], /content URLs are not supported/],
+    ['content URL not http', [{ path: '/a', content: 'ftp://example.invalid/x' }], /only http\(s\) URLs/],
     ['deleted not boolean', [{ path: '/a', deleted: 'yes' }], /deleted must be a boolean/],
     ['mode too big', [{ path: '/a', content: b64('x'), mode: 0o17777 }], /mode must be an integer/],
     ['owner negative', [{ path: '/a', content: b64('x'), owner: -1 }], /owner must be an integer/],
@@ -149,6 +149,20 @@ describe('deploy steps on a loop device', () => {
       argsinfo: Record<string, { required: boolean }>;
     };
     expect(inject.argsinfo.files!.required).toBe(false);
+    // ipa-inject-files-priority makes Ironic run it in every deploy, after write_image (80) when below 80.
+    const other = await startImageAgent(loop.path, { 'ipa-inject-files-priority': '50' });
+    try {
+      const r2 = await runToEnd(other.url, 'deploy.get_deploy_steps', { node: {}, ports: [] });
+      const steps = r2.command_result.deploy_steps.GenericHardwareManager as { step: string; priority: number }[];
+      expect(steps.map((s) => [s.step, s.priority])).toEqual([
+        ['erase_devices_metadata', 0],
+        ['clean_uefi_nvram', 0],
+        ['write_image', 0],
+        ['inject_files', 50],
+      ]);
+    } finally {
+      await other.close();
+    }
   });
 
   it('inject_files writes by number, by-partuuid, by-partlabel, by-label and by path; deletes; keeps mode', async () => {
@@ -182,6 +196,33 @@ describe('deploy steps on a loop device', () => {
     const byPath = await deployStep('inject_files', { files: [{ path: '/etc/by-path.conf', content: b64('path') }] });
     expect(byPath.command_error).toBeNull();
     expect((await readFrom(part, 'etc/by-path.conf'))?.text).toBe('path');
+  });
+
+  it('inject_files fetches content given by URL (node fields filled in) before touching a partition', async () => {
+    await writeImage();
+    const part = `${loop.path}p1`;
+    server.serve('n1/motd', 'fetched for n1\n');
+    const url = `${server.base}/{node[uuid]}/motd`;
+    const r = await deployStep('inject_files', { files: [{ path: '/etc/motd', partition: 1, content: url }] });
+    expect(r.command_error).toBeNull();
+    expect((await readFrom(part, 'etc/motd'))?.text).toBe('fetched for n1\n');
+    expect(server.requests.filter((q) => q.path === 'n1/motd').map((q) => q.status)).toEqual([200]);
+    // A URL that answers 404 fails the step, and the file before it in the list was not written either.
+    const missing = await deployStep('inject_files', {
+      files: [
+        { path: '/first.txt', partition: 1, content: b64('first') },
+        { path: '/second.txt', partition: 1, content: `${server.base}/nothing-here` },
+      ],
+    });
+    expect(missing.command_status).toBe('FAILED');
+    expect(missing.command_error?.details).toMatch(/Cannot fetch the content of \/second.txt from .*nothing-here/);
+    expect(await readFrom(part, 'first.txt')).toBeNull();
+    // A field the node does not have is refused, not sent as written.
+    const unknownField = await deployStep('inject_files', {
+      files: [{ path: '/x', partition: 1, content: `${server.base}/{node[nope]}` }],
+    });
+    expect(unknownField.command_error?.type).toBe('InvalidCommandParamsError');
+    expect(unknownField.command_error?.details).toMatch(/no value for \{node\[nope\]\}/);
   });
 
   it('inject_files refuses a symlink in the image that leads out of the partition, writing nothing outside', async () => {

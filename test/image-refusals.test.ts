@@ -122,6 +122,29 @@ describe('refused before the device is written', () => {
     );
   });
 
+  // IPA's inspector calls these raw and writes them byte for byte; the agent refuses them untouched.
+  it.each([true, false])('a bzip2-compressed image declared raw (stream_raw_images %s)', async (stream) => {
+    const packed = join(work.dir, `disk-${stream}.raw.bz2`);
+    await execa('sh', ['-c', 'bzip2 -c "$0" > "$1"', small.path, packed]);
+    await expectRefused(
+      await deployFile(packed, { disk_format: 'raw', stream_raw_images: stream }),
+      'InvalidImage',
+      /safety check: the image is bzip2-compressed/,
+    );
+  });
+
+  it.each([true, false])('a tar archive declared raw, plain or gzip-packed (stream_raw_images %s)', async (stream) => {
+    const tar = join(work.dir, `disk-${stream}.tar`);
+    await execa('tar', ['-cf', tar, '-C', work.dir, small.path.split('/').pop()!]);
+    for (const file of [tar, await compress(tar, 'gzip')]) {
+      await expectRefused(
+        await deployFile(file, { disk_format: 'raw', stream_raw_images: stream }),
+        'InvalidImage',
+        /safety check: the image is a tar archive/,
+      );
+    }
+  });
+
   it('a raw image that claims to be qcow2', async () => {
     await expectRefused(
       await deployFile(small.path, { disk_format: 'qcow2' }),

@@ -24,7 +24,9 @@ describe('recorded: a laptop-like machine (Debian kernel in QEMU under OVMF, mac
       root,
       log: nullLogger,
       names: ['default', 'usb-devices'],
-      lldpTimeoutS: 0,
+      captureLldp: async () => {
+        throw new Error('no LLDP capture in this test');
+      },
       waitForDhcp: async () => {},
       run: async (file) => {
         throw new Error(`${file} must not run in this test`);

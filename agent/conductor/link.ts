@@ -19,7 +19,9 @@ import { IronicApi } from './ironic-api.ts';
 import { lookupNode, type LookupResult } from './lookup.ts';
 import { acceptToken, type LookupConfig } from './lookup-reply.ts';
 import { inspectUntilAnswered, type InspectionDeps } from '../inspect/flow.ts';
-import { waitForNicMacs } from './nics.ts';
+import { nicMacs, waitForNicMacs } from './nics.ts';
+import { lookupKeysNotActedOn } from '../config/lookup-keys.ts';
+import { enableVlanInterfaces, liveVlanSetup } from '../inspect/vlans.ts';
 import { V_TOKEN_ON_GET, V_VERIFY_CA, VersionCache } from './versions.ts';
 
 export interface LinkOptions {
@@ -200,6 +202,9 @@ export class ConductorLink {
         `no network interface with a MAC address appeared within ${this.config.lookup.nicWaitS} s`,
       );
     }
+    // IPA makes them in its first inventory, before inspection and lookup; lookup then sends their MACs too.
+    if ((await enableVlanInterfaces(liveVlanSetup(this.config, this.log))).length > 0)
+      boot.macs = await (this.opts.nics ?? nicMacs)();
     const found = await this.lookup(boot, await this.inspectFirst(boot));
     const version = found.version;
 
@@ -260,6 +265,8 @@ export class ConductorLink {
       { api: this.api, clock: this.clock, random: this.random, log: this.log, signal: boot.abort.signal },
     );
     applyLookupConfig(this.config, found.config);
+    const ignored = lookupKeysNotActedOn(found.config.raw);
+    if (ignored.length > 0) this.log.warn({ keys: ignored }, `lookup config not acted on: ${ignored.join(', ')}`);
     this.useVersion(boot, found.version);
     if (boot.target) boot.target.version = found.version;
     this.state.setToken(found.token);

@@ -61,7 +61,14 @@ export interface Config {
     skipBlockDevices: string[];
     /** ipa-guard-special-filesystems: the metadata and express erases refuse disks of shared filesystems. */
     guardSpecialFilesystems: boolean;
+    /** ipa-disk-wait-attempts / -delay: at start, how often and how far apart to look for an install disk. */
+    waitAttempts: number;
+    waitDelayS: number;
   };
+  /** ipa-enable-vlan-interfaces: `all`, `<nic>` or `<nic>.<vid>` entries (agent/inspect/vlans.ts). */
+  vlanInterfaces: string[];
+  /** ipa-inject-files-priority: the priority get_deploy_steps gives inject_files (0: only when asked). */
+  injectFilesPriority: number;
   image: {
     connectTimeoutS: number;
     retries: number;
@@ -103,10 +110,25 @@ const API_URL = /^(mdns|https?:\/\/.+)$/;
 export const QEMU_IMG_MIN_MIB = 384;
 
 /**
- * Accepted so that a kernel command line written for IPA still boots, but not acted on: IPA waits for the
- * install disk at start; this agent looks for it when a deploy asks (docs/ipa-compat.md).
+ * IPA parameters a kernel command line may carry that the agent accepts without acting on them, each with why
+ * (docs/ipa-compat.md has the whole table). main.ts warns about each one given, once, at start.
  */
-const NOT_ACTED_ON = ['ipa-disk-wait-attempts', 'ipa-disk-wait-delay'];
+export const NOT_ACTED_ON: Readonly<Record<string, string>> = {
+  'ipa-use-mdns': 'finding the conductor by mDNS is not supported; give ipa-api-url',
+  'ipa-inspection-benchmarks': 'the extra-hardware collector and its benchmarks are not implemented',
+  'ipa-enable-bios-bootloader-install': 'installing a BIOS boot loader is not implemented',
+  'ipa-fail-if-clock-not-set': 'a failed clock sync is logged and the agent goes on',
+  'ipa-auto-tls-allowed-clock-skew': "the auto-TLS certificate always allows IPA's default skew of one hour",
+  'ipa-listen-tls': 'TLS with an operator-supplied certificate is not implemented; auto-TLS is',
+  'ipa-tls-cert-file': 'TLS with an operator-supplied certificate is not implemented; auto-TLS is',
+  'ipa-tls-key-file': 'TLS with an operator-supplied certificate is not implemented; auto-TLS is',
+  'ipa-certfile': 'client certificates toward Ironic are not implemented',
+  'ipa-keyfile': 'client certificates toward Ironic are not implemented',
+  'ipa-agent-token-required': 'IPA ignores it too: a token once issued is always required',
+  // DIB's dynamic-login element in IPA's published images reads these two.
+  sshkey: 'the SSH debug login of IPA images (DIB dynamic-login) is not in this ramdisk',
+  rootpwd: 'the root password login of IPA images (DIB dynamic-login) is not in this ramdisk',
+};
 
 const NO_FILES: ConfFiles = { values: new Map(), otherSections: [] };
 
@@ -128,7 +150,8 @@ export function buildConfig(
 
   const config: Config = {
     apiUrls,
-    standalone: r.bool('standalone', false),
+    // `standalone` as a flag; IPA's kernel parameter is ipa-standalone.
+    standalone: r.bool('standalone', r.bool('ipa-standalone', false)),
     debug: r.bool('ipa-debug', false),
     globalRequestId: r.str('ipa-global-request-id'),
     listen: {
@@ -166,12 +189,18 @@ export function buildConfig(
       nicWaitS: r.num('ipa-nic-wait-timeout', 60, { min: 0 }),
     },
     hardwareInitDelayS: r.num('ipa-hardware-initialization-delay', 0, { min: 0 }),
-    notActedOn: NOT_ACTED_ON.filter((name) => r.given(name)).map((name) => files.values.get(name)?.origin ?? name),
+    notActedOn: Object.entries(NOT_ACTED_ON)
+      .filter(([name]) => r.given(name))
+      .map(([name, why]) => `${files.values.get(name)?.origin ?? name} (${why})`),
     disks: {
       allowlist: allow.length > 0 ? allow : null,
       skipBlockDevices: r.list('ipa-skip-block-devices'),
       guardSpecialFilesystems: r.bool('ipa-guard-special-filesystems', true),
+      waitAttempts: r.num('ipa-disk-wait-attempts', 10, { integer: true, min: 0 }),
+      waitDelayS: r.num('ipa-disk-wait-delay', 3, { min: 0 }),
     },
+    vlanInterfaces: r.list('ipa-enable-vlan-interfaces'),
+    injectFilesPriority: r.num('ipa-inject-files-priority', 0, { integer: true, min: 0, max: 99 }),
     image: {
       connectTimeoutS: r.num('ipa-image-download-connection-timeout', 60, { min: 0.1 }),
       retries: r.num('ipa-image-download-connection-retries', 9, { integer: true, min: 0 }),
@@ -210,6 +239,11 @@ export function buildConfig(
 
   config.notActedOn.push(
     ...r.unread(files.values.keys()).map((name) => files.values.get(name)!.origin),
+    // IPA ignores a kernel parameter it does not know; a misspelt one then changes nothing without a word.
+    ...r
+      .unread(kernel.keys())
+      .filter((name) => name.startsWith('ipa-') && !files.values.has(name) && !flags.has(name))
+      .map((name) => `kernel parameter ${name} (not an IPA parameter this agent knows)`),
     ...files.otherSections.map((option) => `option ${option}`),
   );
   const unknown = r.unread(flags.keys());

@@ -2,6 +2,10 @@
 // ramdisk). Loop devices count only when the device allow-list names them, so tests can offer their own.
 import { realpath } from 'node:fs/promises';
 import type { AgentServices } from '../services.ts';
+import type { Clock } from '../clock.ts';
+import type { Config } from '../config/config.ts';
+import type { Logger } from '../log.ts';
+import { MIN_ROOT_DISK_BYTES } from './root-device.ts';
 import { BlockDeviceError } from '../errors.ts';
 import { run } from '../exec.ts';
 import { readSys } from '../host/sysfs.ts';
@@ -152,5 +156,58 @@ export function ipaView(d: BlockDevice): Record<string, string | number | boolea
     logical_sectors: d.logicalSectorSize,
     physical_sectors: d.physicalSectorSize,
     tran: d.tran,
+  };
+}
+
+export interface DiskWait {
+  attempts: number;
+  delayS: number;
+  clock: Clock;
+  log: Logger;
+  signal?: AbortSignal;
+  /** The devices as the deploy would see them (listBlockDevices on the live host). */
+  list: () => Promise<BlockDevice[]>;
+  /** Allow-listed devices, which count whatever their size (the operator named them). */
+  allowlisted: Set<string>;
+}
+
+/**
+ * IPA's wait for disks at start (`ipa-disk-wait-attempts` tries, `ipa-disk-wait-delay` apart): until a disk the
+ * deploy could pick without hints shows up (at least 4 GiB, or allow-listed), since storage drivers may still be
+ * finding their disks when the agent starts. Not finding one is logged, and the agent goes on, as IPA does.
+ */
+export async function waitForDisks(w: DiskWait): Promise<BlockDevice | undefined> {
+  for (let attempt = 1; attempt <= w.attempts; attempt++) {
+    let devices: BlockDevice[] = [];
+    try {
+      devices = await w.list();
+    } catch (err) {
+      w.log.debug({ err: (err as Error).message }, 'listing block devices failed');
+    }
+    const found = devices.find((d) => d.size >= MIN_ROOT_DISK_BYTES || w.allowlisted.has(d.name));
+    if (found) return found;
+    w.log.debug({ attempt, of: w.attempts }, 'still waiting for the root device to appear');
+    if (attempt < w.attempts) await w.clock.sleep(w.delayS * 1000, w.signal);
+    if (w.signal?.aborted) return undefined;
+  }
+  if (w.attempts > 0) {
+    w.log.warn(
+      { attempts: w.attempts, delayS: w.delayS },
+      `the root device was not detected in ${w.delayS * (w.attempts - 1)} seconds`,
+    );
+  }
+  return undefined;
+}
+
+/** The wait on the live host, as configured. */
+export async function liveDiskWait(config: Config, log: Logger, clock: Clock, signal?: AbortSignal): Promise<DiskWait> {
+  return {
+    attempts: config.disks.waitAttempts,
+    delayS: config.disks.waitDelayS,
+    clock,
+    log,
+    signal,
+    list: () => listBlockDevices({ config, log }),
+    allowlisted: await allowlistedNames(config.disks.allowlist),
   };
 }

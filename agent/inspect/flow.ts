@@ -34,6 +34,8 @@ export interface InspectionDeps {
   /** Overrides for tests: another root, recorded lsblk/ipmitool output, another collector table. */
   sources?: Partial<InventorySources>;
   collectors?: Readonly<Record<string, Collector>>;
+  /** The command that runs the LLDP helper (tests: one that fails); lldp-capture.ts's own by default. */
+  lldpCommand?: readonly string[];
 }
 
 export interface InspectionResult {
@@ -81,11 +83,11 @@ export async function inspect(deps: InspectionDeps): Promise<InspectionResult> {
   const root = deps.sources?.root ?? liveRoot;
   const sources: InventorySources = { ...(await liveSources(config, log, root)), ...deps.sources };
   state.update({ phase: 'inspecting', inspection: { phase: 'collecting', at: Date.now() / 1000 } });
+  const listen = (names: string[]) =>
+    captureLldp(names, { timeoutS: config.inspection.lldpTimeoutS, command: deps.lldpCommand, log });
   if (config.inspection.collectLldp && !sources.lldp) {
     // The deprecated ipa-collect-lldp puts TLVs into the inventory; an interface not listened to gets null.
-    const { frames, errors } = await captureLldp(await candidateNames(root), {
-      timeoutS: config.inspection.lldpTimeoutS,
-    });
+    const { frames, errors } = await listen(await candidateNames(root));
     if (Object.keys(errors).length > 0) log.warn({ errors }, 'LLDP capture failed');
     sources.lldp = frames;
   }
@@ -110,7 +112,7 @@ export async function inspect(deps: InspectionDeps): Promise<InspectionResult> {
       inventory: getInventory,
       names: config.inspection.collectors,
       bootif: config.bootif,
-      lldpTimeoutS: config.inspection.lldpTimeoutS,
+      captureLldp: listen,
       run: async (file, args) => (await run(file, args, { log, timeoutMs: 60_000 })).stdout,
       waitForDhcp: () => waitForDhcp(deps, sources),
     },

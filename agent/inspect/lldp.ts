@@ -1,6 +1,6 @@
 // LLDP frames as IPA reports them: the TLVs after the 14-byte Ethernet header, each as
 // `[type, "<hex of the value>"]` (7-bit type, 9-bit length), up to and including the End TLV.
-// Frames arrive from a capture tool as pcap (see lldp-capture.ts).
+// Frames arrive from our capture helper (lldp-capture.ts); recorded captures come as pcap.
 
 export type LldpTlv = [number, string];
 

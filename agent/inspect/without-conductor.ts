@@ -7,6 +7,7 @@ import { realClock } from '../clock.ts';
 import { waitForNicMacs } from '../conductor/nics.ts';
 import type { Logger } from '../log.ts';
 import { inspectUntilAnswered } from './flow.ts';
+import { enableVlanInterfaces, liveVlanSetup } from './vlans.ts';
 
 export async function inspectWithoutConductor(agent: Agent, config: Config, log: Logger): Promise<void> {
   const { state } = agent.services;
@@ -14,6 +15,7 @@ export async function inspectWithoutConductor(agent: Agent, config: Config, log:
   const macs = await waitForNicMacs(config.lookup.nicWaitS, realClock);
   if (macs.length === 0)
     log.warn({ waitedS: config.lookup.nicWaitS }, 'no network interface with a MAC address; inspecting anyway');
+  await enableVlanInterfaces(liveVlanSetup(config, log));
   try {
     const result = await inspectUntilAnswered({ config, log, state, clock: realClock });
     log.info({ node: result.nodeUuid, outcome: result.outcome.kind }, 'inspection done; no conductor to look up');

@@ -60,10 +60,20 @@ export const BUILTIN_STEPS: readonly StepDescriptor[] = [
   ),
 ];
 
-export const GENERIC_MANAGER: HardwareManager = {
-  name: GENERIC_NAME,
-  className: GENERIC_CLASS,
-  version: GENERIC_VERSION,
-  evaluateHardwareSupport: () => SUPPORT.GENERIC,
-  steps: BUILTIN_STEPS,
-};
+/**
+ * The agent's own manager. `inject_files` is listed for deploys at `ipa-inject-files-priority` (0: run only when
+ * a deploy template asks for it), as IPA advertises it; its service priority stays 0.
+ */
+export function genericManager(injectFilesPriority = 0): HardwareManager {
+  return {
+    name: GENERIC_NAME,
+    className: GENERIC_CLASS,
+    version: GENERIC_VERSION,
+    evaluateHardwareSupport: () => SUPPORT.GENERIC,
+    steps: BUILTIN_STEPS.map((s) =>
+      s.name === 'inject_files' ? { ...s, phases: { ...s.phases, deploy: injectFilesPriority } } : s,
+    ),
+  };
+}
+
+export const GENERIC_MANAGER: HardwareManager = genericManager();

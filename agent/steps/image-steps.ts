@@ -26,7 +26,7 @@ export async function injectFilesStep(args: Readonly<Record<string, unknown>>, c
   const node = ctx.node;
   const fromNode = parseInjectFiles(isObject(node?.properties) ? node.properties.inject_files : undefined);
   const files = [...fromNode, ...parseInjectFiles(args.files)];
-  parseVerifyCa(args.verify_ca);
-  await injectFiles(ctx, files, rootHintsOf(node));
+  const verifyCa = parseVerifyCa(args.verify_ca);
+  await injectFiles(ctx, files, rootHintsOf(node), { verifyCa, node, signal: ctx.signal });
   return null;
 }

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { errorText } from '../errors.ts';
 import { nullLogger, type Logger } from '../log.ts';
-import { GENERIC_MANAGER } from './builtin.ts';
+import { genericManager } from './builtin.ts';
 import { StepCatalogue, type PluginFailure } from './catalogue.ts';
 import { managerFromManifest } from './executable.ts';
 
@@ -101,11 +101,18 @@ export async function loadPlugins(
   return { managers, failures };
 }
 
-/** The built-in manager and, with `dir`, the plugins in it, merged (catalogue.ts). Never rejects. */
-export async function loadCatalogue(dir: string | undefined, log: Logger): Promise<StepCatalogue> {
+/**
+ * The built-in manager (with `inject_files` at `injectFilesPriority`) and, with `dir`, the plugins in it, merged
+ * (catalogue.ts). Never rejects.
+ */
+export async function loadCatalogue(
+  dir: string | undefined,
+  log: Logger,
+  injectFilesPriority = 0,
+): Promise<StepCatalogue> {
   const plugins = dir ? await loadPlugins(dir, log) : { managers: [], failures: [] };
   return StepCatalogue.build(
-    [{ source: 'built-in', manager: GENERIC_MANAGER }, ...plugins.managers],
+    [{ source: 'built-in', manager: genericManager(injectFilesPriority) }, ...plugins.managers],
     plugins.failures,
     log,
   );

@@ -6,7 +6,7 @@ import type { Logger } from '../../log.ts';
 import type { HostRoot } from '../host-root.ts';
 import { candidateNames } from '../interfaces.ts';
 import { guessRootDisk, type Inventory } from '../inventory.ts';
-import { captureLldp } from '../lldp-capture.ts';
+import type { LldpCapture } from '../lldp-capture.ts';
 import { DMIDECODE_ARGS, groupDmi, parseDmidecode } from './dmi-decode.ts';
 import { readNumaTopology } from './numa-topology.ts';
 import { readPciDevices } from './pci-devices.ts';
@@ -22,7 +22,8 @@ export interface CollectorContext {
   /** The collector names of this inspection, as given. */
   names: readonly string[];
   bootif?: string;
-  lldpTimeoutS: number;
+  /** Listens for LLDP on the named interfaces for ipa-lldp-timeout (lldp-capture.ts). */
+  captureLldp: (names: string[]) => Promise<LldpCapture>;
   /** Runs a tool and returns its stdout (dmidecode). */
   run: (file: string, args: string[]) => Promise<string>;
   /** IPA's wait_for_dhcp before the default collector reads addresses. */
@@ -55,7 +56,7 @@ export const collectors: Readonly<Record<string, Collector>> = {
   // IPA's hardware manager returns {} when the capture fails, so a missing tool or an unreadable NIC costs the
   // switch data, not the inspection (Ironic fails an inspection whose `error` is set).
   lldp: async (ctx, data) => {
-    const { frames, errors } = await captureLldp(await candidateNames(ctx.root), { timeoutS: ctx.lldpTimeoutS });
+    const { frames, errors } = await ctx.captureLldp(await candidateNames(ctx.root));
     if (Object.keys(errors).length > 0) ctx.log.warn({ errors }, 'lldp: interfaces not listened to');
     data.lldp_raw = frames;
   },
