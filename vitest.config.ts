@@ -12,6 +12,7 @@ const DEVICE = [
   'test/deploy-steps.test.ts',
   'test/device-guard.test.ts',
   'test/disk-bootloader.test.ts',
+  'test/docs-operating-curl.test.ts',
   'test/disk-clean.test.ts',
   'test/disk-clean-protected.test.ts',
   'test/disk-config-drive-write.test.ts',

@@ -15,10 +15,11 @@
 // http_root usually is; BENCH_SERVER=node takes the tests' Node helper in this process instead, which spends
 // about a core-second per GiB of the two cores the agent is measured on (the figures before 2026-12-06 used it;
 // docs/decisions.md).
-// Not a test: no pass/fail.
+// A whole run writes docs/bench-results.md (commit, date, machine, settings, the summary); BENCH_RESULTS=PATH
+// writes elsewhere (empty: nowhere). Not a test: no pass/fail.
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
-import { mkdir, mkdtemp, open, readdir, readFile, rm, stat } from 'node:fs/promises';
+import { mkdir, mkdtemp, open, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -302,10 +303,59 @@ async function agentDeploy(
   }
 }
 
+/**
+ * Where the results go: BENCH_RESULTS when set (empty: nowhere); otherwise docs/bench-results.md for a whole run
+ * of this tree's agent as the ramdisk starts it, and nowhere for a subset, a before/after or changed flags, so
+ * that a tuning run does not replace the figures README and docs/performance.md point to.
+ */
+function resultsPath(): string | undefined {
+  const chosen = process.env.BENCH_RESULTS;
+  if (chosen !== undefined) return chosen || undefined;
+  const partial = ['BENCH_ONLY', 'BENCH_BEFORE', 'BENCH_NODE_FLAGS'].some((v) => process.env[v] !== undefined);
+  return partial ? undefined : join(root, 'docs/bench-results.md');
+}
+
+/** The generated results file: what ran, where and at which commit, then the bench's own summary. */
+async function writeResults(path: string, lines: string[], started: Date): Promise<void> {
+  const git = async (...args: string[]) => (await execa('git', args, { cwd: root, reject: false })).stdout.trim();
+  const dirty =
+    (await git('status', '--porcelain', '--untracked-files=no')) !== '' ? ' (with uncommitted changes)' : '';
+  const settings = [
+    'BENCH_SIZE',
+    'BENCH_REPS',
+    'BENCH_WARMUP',
+    'BENCH_SERVER',
+    'BENCH_ONLY',
+    'BENCH_BEFORE',
+    'BENCH_NODE_FLAGS',
+  ]
+    .filter((v) => process.env[v] !== undefined)
+    .map((v) => `${v}=${process.env[v]}`);
+  const stamp = (d: Date) => `${d.toISOString().slice(0, 16).replace('T', ' ')} UTC`;
+  const text = [
+    '# Bench results',
+    '',
+    'Written by `npm run bench` (scripts/bench.ts); do not edit by hand: run it again. The method and the targets:',
+    'docs/performance.md.',
+    '',
+    `- commit: ${await git('rev-parse', '--short', 'HEAD')}${dirty}`,
+    `- run: ${stamp(started)} to ${stamp(new Date())}`,
+    `- machine: ${(await execa('nproc')).stdout} CPUs, load average ${(await readFile('/proc/loadavg', 'utf8')).split(' ').slice(0, 3).join(' ')} at the end; Node ${process.version}`,
+    `- settings: ${SIZE / MiB} MiB image, ${REPS} repetitions after ${WARMUP} warm-up, images served by ${SERVER}${settings.length ? ` (${settings.join(' ')})` : ''}`,
+    '',
+    '```text',
+    ...lines.join('\n').replace(/^\n+/, '').split('\n'),
+    '```',
+    '',
+  ].join('\n');
+  await writeFile(path, text);
+}
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error('the benchmark attaches and writes a loop device: run it as root');
+  const started = new Date();
   const work = await workDir('ina-bench-');
   let loop: LoopDevice | undefined;
   let server: ImageServer | FileServer | undefined;
@@ -506,18 +556,24 @@ async function main(): Promise<void> {
       }
     }
 
+    // What follows is printed and kept for the results file (docs/bench-results.md).
+    const lines: string[] = [];
+    const report = (line: string) => {
+      console.log(line);
+      lines.push(line);
+    };
     const m = (name: string) => median(seconds.get(name)!);
     const mibs = (name: string) => (SIZE / MiB / m(name)).toFixed(0);
-    console.log(`\nMedians over ${REPS} runs, ${SIZE / MiB} MiB image, ${(await execa('nproc')).stdout} CPUs:`);
+    report(`\nMedians over ${REPS} runs, ${SIZE / MiB} MiB image, ${(await execa('nproc')).stdout} CPUs:`);
     for (const name of seconds.keys()) {
-      console.log(
+      report(
         `  ${name.padEnd(30)} ${m(name).toFixed(2)} s  (${mibs(name)} MiB/s of image; CPU ${median(cpu.get(name)!).toFixed(2)} s)`,
       );
     }
     if (phases.size > 0) {
-      console.log("\nWhere the time went (median seconds per step or phase; the agent's from its log):");
+      report("\nWhere the time went (median seconds per step or phase; the agent's from its log):");
       for (const [name, byPhase] of phases) {
-        console.log(
+        report(
           `  ${name.padEnd(30)} ${[...byPhase].map(([phase, ts]) => `${phase} ${median(ts).toFixed(2)}`).join(', ')}`,
         );
       }
@@ -526,11 +582,11 @@ async function main(): Promise<void> {
     // and then the median: the machine's speed drifts between repetitions more than within one.
     const ratio = (a: string, b: string, target: number) => {
       const paired = median(seconds.get(a)!.map((t, i) => t / seconds.get(b)![i]!));
-      console.log(
+      report(
         `  ${`${a} ÷ ${b}`.padEnd(56)} ${paired.toFixed(2)}  (target ≤ ${target.toFixed(2)}; ratio of medians ${(m(a) / m(b)).toFixed(2)})`,
       );
     };
-    console.log('\nRatios (median of the per-repetition ratios):');
+    report('\nRatios (median of the per-repetition ratios):');
     const ratios: [string, string, number][] = [
       ['agent raw sha256', 'curl | dd', 1.05],
       ['agent raw md5', 'curl | dd', 1.1],
@@ -549,33 +605,36 @@ async function main(): Promise<void> {
       if (seconds.has(was) && seconds.has(b)) ratio(was, b, target);
     }
     if (before) {
-      console.log('\nAfter ÷ before, the same case (median of the per-repetition ratios; below 1 is faster now):');
+      report('\nAfter ÷ before, the same case (median of the per-repetition ratios; below 1 is faster now):');
       for (const name of seconds.keys()) {
         const was = name.replace(/^agent /, 'before ');
         if (name === was || !seconds.has(was)) continue;
         const paired = median(seconds.get(name)!.map((t, i) => t / seconds.get(was)![i]!));
-        console.log(
+        report(
           `  ${name.padEnd(30)} ${paired.toFixed(2)}  (peak RSS ${mib(peaks.get(name)!)} MiB, before ${mib(peaks.get(was)!)} MiB)`,
         );
       }
     }
     if (peaks.size > 0) {
       const idle = [...idles].map(([who, b]) => `${who} ${mib(b)} MiB`).join(', ');
-      console.log(
+      report(
         `\nAgent peak RSS (VmHWM of the agent process, its threads included; the highest of the repetitions; #17: raw below IPA's 83 MiB); idle before the deploy: ${idle} (the esbuild bundle the ramdisk runs)`,
       );
       for (const [name, peak] of peaks) {
         const tools = [...(childPeaks.get(name) ?? [])].map(([tool, b]) => `${tool} ${mib(b)} MiB`).join(', ');
         const note = name.endsWith(' qcow2 buffered') ? '; its buffer is in tmpfs, not in the agent' : '';
-        console.log(`  ${name.padEnd(30)} ${mib(peak)} MiB  (tools it started: ${tools || 'none'}${note})`);
+        report(`  ${name.padEnd(30)} ${mib(peak)} MiB  (tools it started: ${tools || 'none'}${note})`);
       }
-      console.log(
+      report(
         '\nPeak RSS of the agent and its children together (sampled every 50 ms; #20: streamed qcow2 ≤ 160 MiB), and peak use of the tmpfs buffer (#20: ≤ 64 MiB):',
       );
       for (const [name, peak] of treePeaks)
-        console.log(
-          `  ${name.padEnd(30)} ${mib(peak)} MiB with children, buffer ${mib(bufferPeaks.get(name) ?? 0)} MiB`,
-        );
+        report(`  ${name.padEnd(30)} ${mib(peak)} MiB with children, buffer ${mib(bufferPeaks.get(name) ?? 0)} MiB`);
+    }
+    const results = resultsPath();
+    if (results) {
+      await writeResults(results, lines, started);
+      console.log(`\nResults written to ${results}`);
     }
   } finally {
     await server?.close();
