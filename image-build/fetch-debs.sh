@@ -4,8 +4,14 @@
 # Prints `name version folder` lines for the assembler. Downloads are cached by file name.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-cache="$here/cache"
+# Downloads and unpacked packages are kept outside the tree when the machine-wide cache is writable (CI and
+# every checkout build from a fresh clone), else in image-build/cache; the lock keeps two builds from unpacking
+# into the same folder at once.
+shared=${INA_CACHE_DIR:-/var/cache/ironic-node-agent}/ramdisk-debs
+if mkdir -p "$shared" 2>/dev/null && [ -w "$shared" ]; then cache=$shared; else cache="$here/cache"; fi
 mkdir -p "$cache/debs" "$cache/x"
+exec 8>"$cache/.lock"
+flock 8
 
 # Alternatives apt lists next to the ones a minimal system uses (both would provide the same library).
 skip='^(cdebconf|libelogind0|libdebian-installer4|libnewt0\.52|libslang2|libtextwrap1)$'
