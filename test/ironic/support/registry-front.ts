@@ -78,8 +78,8 @@ export interface RegistryFront {
   /** `127.0.0.1:PORT`: what an `oci://` URL through the front names. */
   host: string;
   mode: FrontMode;
-  /** Each blob GET the front saw: the Authorization header it carried, and the mode it met. */
-  blobGets: { digest: string; authorization: string | undefined; mode: FrontMode }[];
+  /** Each blob GET the front saw: the Authorization and Range headers it carried, and the mode it met. */
+  blobGets: { digest: string; authorization: string | undefined; range: string | undefined; mode: FrontMode }[];
   close(): Promise<void>;
 }
 
@@ -94,7 +94,13 @@ export async function startRegistryFront(
   const l = await listen(tls, '127.0.0.1', (req, res) => {
     const blob = req.method === 'GET' ? BLOB_GET.exec(req.url ?? '') : null;
     const mode = blob ? front.mode : 'pass';
-    if (blob) front.blobGets.push({ digest: blob[1]!, authorization: req.headers.authorization, mode });
+    if (blob)
+      front.blobGets.push({
+        digest: blob[1]!,
+        authorization: req.headers.authorization,
+        range: req.headers.range,
+        mode,
+      });
     if (mode === 'redirect') {
       res.writeHead(307, { location: `https://${blobStore.host}/blobs/${blob![1]}` }).end();
       return;
@@ -109,14 +115,17 @@ export async function startRegistryFront(
           up.pipe(res);
           return;
         }
-        // the headers and the first bytes, then silence on an open connection
-        let sent = 0;
+        // the headers and the blob's first bytes, then silence on an open connection; a resumed GET (a Range
+        // past that point) gets the headers and silence at once, so no retry makes progress
+        const from = Number(/^bytes=(\d+)-/.exec(String(req.headers.range ?? ''))?.[1] ?? 0);
+        let left = Math.max(0, STALL_AFTER_BYTES - from);
+        if (left === 0) up.destroy();
         up.on('data', (chunk: Buffer) => {
-          if (sent >= STALL_AFTER_BYTES) return;
-          const part = chunk.subarray(0, STALL_AFTER_BYTES - sent);
-          sent += part.length;
+          if (left === 0) return;
+          const part = chunk.subarray(0, left);
+          left -= part.length;
           res.write(part);
-          if (sent >= STALL_AFTER_BYTES) up.destroy();
+          if (left === 0) up.destroy();
         });
       },
     );
