@@ -133,11 +133,18 @@ export async function startRegistry(dir: string, tls: TestCa): Promise<Registry>
   const child = spawn('docker-registry', ['serve', config], { detached: true, stdio: ['ignore', fd, fd] });
   closeSync(fd);
   if (child.pid !== undefined) noteStarted(inject('leftoversFile'), { kind: 'registry', pid: child.pid, config });
+  const signal = (sig: NodeJS.Signals) => {
+    try {
+      if (child.pid !== undefined) process.kill(-child.pid, sig);
+    } catch {
+      // already gone
+    }
+  };
   const stop = async () => {
-    if (child.exitCode !== null || child.pid === undefined) return;
+    if (child.exitCode !== null || child.signalCode !== null) return;
     const gone = new Promise((r) => child.once('exit', r));
-    process.kill(-child.pid, 'SIGTERM');
-    const timer = setTimeout(() => child.pid !== undefined && process.kill(-child.pid, 'SIGKILL'), 5000);
+    signal('SIGTERM');
+    const timer = setTimeout(() => signal('SIGKILL'), 5000);
     await gone;
     clearTimeout(timer);
   };
