@@ -30,6 +30,9 @@ declare -A tools=(
   [efibootmgr]=efibootmgr [stress-ng]=stress-ng [fio]=fio [tcpdump]=tcpdump [dmidecode]=dmidecode
   # The ramdisk's IPv6 client, tested against dnsmasq's DHCPv6 in a network namespace (neither starts a service).
   [dhcpcd]=dhcpcd-base [dnsmasq]=dnsmasq-base
+  # The OCI registry the oci:// scenario deploys from (distribution 2.8; starts no service here) and the
+  # bcrypt htpasswd file it authenticates with.
+  [docker-registry]=docker-registry [htpasswd]=apache2-utils
 )
 # The bench's image server (scripts/bench.ts; BENCH_SERVER=node takes the tests' Node helper instead);
 # nginx-light starts no service here.

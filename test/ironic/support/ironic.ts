@@ -72,7 +72,16 @@ export async function startIronic(opts: IronicOptions = {}): Promise<RunningIron
   };
   // noted before start.sh returns: a hook that times out meanwhile must not leave this Ironic running
   noteStarted(inject('leftoversFile'), { kind: 'ironic', runDir, stop: join(scripts, 'stop.sh') });
-  const started = await execa('bash', [join(scripts, 'start.sh'), runDir], { env, reject: false });
+  // python-requests takes REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE over a session's own CA file, so a bundle named
+  // in the caller's environment would silently replace the conductor's [oci]verify_ca
+  const inherited = Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => k !== 'REQUESTS_CA_BUNDLE' && k !== 'CURL_CA_BUNDLE'),
+  );
+  const started = await execa('bash', [join(scripts, 'start.sh'), runDir], {
+    env: { ...inherited, ...env },
+    extendEnv: false,
+    reject: false,
+  });
   if (started.exitCode !== 0) {
     await rm(runDir, { recursive: true, force: true });
     throw new Error(`${scripts}/start.sh failed (exit ${started.exitCode}):\n${started.stderr}`);

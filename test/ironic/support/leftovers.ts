@@ -7,6 +7,7 @@ import { execFileSync } from 'node:child_process';
 export type Leftover =
   | { kind: 'ironic'; runDir: string; stop: string }
   | { kind: 'agent'; pid: number }
+  | { kind: 'registry'; pid: number; config: string }
   | { kind: 'loop'; dev: string; file: string }
   | { kind: 'dir'; path: string };
 
@@ -22,12 +23,17 @@ function backingFile(dev: string): string | null {
   }
 }
 
-function isOurAgent(pid: number): boolean {
+/** Whether `pid` still runs a command line holding `word` (not a reused PID). */
+function runs(pid: number, word: string): boolean {
   try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('agent/main.ts');
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(word);
   } catch {
     return false;
   }
+}
+
+function isOurAgent(pid: number): boolean {
+  return runs(pid, 'agent/main.ts');
 }
 
 /** Stops what is still running; returns a line per thing it had to stop. */
@@ -52,6 +58,14 @@ export function stopLeftovers(file: string): string[] {
       execFileSync('losetup', ['-d', item.dev], { stdio: 'ignore' });
       rmSync(dirname(item.file), { recursive: true, force: true });
       stopped.push(`loop device ${item.dev}`);
+    } else if (item.kind === 'registry') {
+      if (!runs(item.pid, item.config)) continue;
+      try {
+        process.kill(-item.pid, 'SIGKILL');
+        stopped.push(`docker-registry process group ${item.pid}`);
+      } catch {
+        // gone meanwhile
+      }
     } else if (isOurAgent(item.pid)) {
       try {
         process.kill(-item.pid, 'SIGKILL');
