@@ -209,6 +209,15 @@ describe.each(ROUTES)('SIGKILL mid-deploy: $name', (route) => {
       const where = `seed ${SEED}, point ${point} (${(fraction * 100).toFixed(1)}%): ${JSON.stringify(seen)}`;
       const begun = existsSync(journal());
       const found = await tablesFound();
+      if (seen.command_status !== 'RUNNING') {
+        // The deploy ended before the poll saw it pass the point (a loaded machine answers the poll late): the kill
+        // came after it, so this point proves nothing about a cut write. It must have succeeded, with its note gone
+        // and its table in place; the next start clears nothing.
+        expect(seen.command_status, where).toBe('SUCCEEDED');
+        expect(begun, where).toBe(false);
+        expect(found.length, where).toBeGreaterThan(0);
+        continue;
+      }
       if (begun) {
         expect(found, where).toEqual([]);
       } else {
