@@ -17,29 +17,17 @@ export class HostRoot {
 
   /** A file's trimmed text, or null when it is missing, unreadable or empty. */
   async read(p: string): Promise<string | null> {
-    try {
-      const text = readFileSync(this.path(p), 'utf8').trim();
-      return text === '' ? null : text;
-    } catch {
-      return null;
-    }
+    const text = orNull(() => readFileSync(this.path(p), 'utf8').trim());
+    return text === '' ? null : text;
   }
 
   async readBytes(p: string): Promise<Buffer | null> {
-    try {
-      return readFileSync(this.path(p));
-    } catch {
-      return null;
-    }
+    return orNull(() => readFileSync(this.path(p)));
   }
 
   /** Directory entries, sorted; [] when the directory is missing. */
   async list(p: string): Promise<string[]> {
-    try {
-      return readdirSync(this.path(p)).sort();
-    } catch {
-      return [];
-    }
+    return orNull(() => readdirSync(this.path(p)).sort()) ?? [];
   }
 
   async exists(p: string): Promise<boolean> {
@@ -48,19 +36,20 @@ export class HostRoot {
 
   /** The last component of a symlink's target (`device` → `0000:00:03.0`, `driver` → `virtio_net`). */
   async linkName(p: string): Promise<string | null> {
-    try {
-      return basename(readlinkSync(this.path(p)));
-    } catch {
-      return null;
-    }
+    return orNull(() => basename(readlinkSync(this.path(p))));
   }
 
   async realpath(p: string): Promise<string | null> {
-    try {
-      return realpathSync(this.path(p));
-    } catch {
-      return null;
-    }
+    return orNull(() => realpathSync(this.path(p)));
+  }
+}
+
+/** What `read` gives, or null when the kernel (or a recorded tree) has no answer. */
+function orNull<T>(read: () => T): T | null {
+  try {
+    return read();
+  } catch {
+    return null;
   }
 }
 
