@@ -197,13 +197,22 @@ describe('a forgotten command is cancelled', () => {
     await until('the simulated power-off', () => a.agent.executor.list().length === 0);
     // Busy until the forgotten deploy is gone; then the next one is accepted and owns the disk.
     const fastUrl = images.serve('fast.img', fastImage);
-    let second: Awaited<ReturnType<typeof runCommand>>;
-    for (;;) {
-      second = await runCommand(a.url, 'standby.prepare_image', { image_info: info('fast', fastUrl, fastImage) }, true);
-      if (second.status !== 409) break;
-      expect(second.json.faultstring).toMatch(/^Agent is busy: executing command prepare_image/);
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    const second = await until(
+      'the next deploy to be accepted',
+      async () => {
+        const r = await runCommand(
+          a.url,
+          'standby.prepare_image',
+          { image_info: info('fast', fastUrl, fastImage) },
+          true,
+        );
+        if (r.status !== 409) return r;
+        expect(r.json.faultstring).toMatch(/^Agent is busy: executing command prepare_image/);
+        return undefined;
+      },
+      20_000,
+      50,
+    );
     expect(second.json.command_status, second.text).toBe('SUCCEEDED');
     await expectOnlyFastImage(drip);
   });
