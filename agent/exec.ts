@@ -1,5 +1,7 @@
 // The one way the agent runs external tools: execa with logging, a timeout, and errors that name the
-// command, exit code and stderr, so a failed sgdisk reads as such in `command_error.details`.
+// command, exit code and stderr, so a failed sgdisk reads as such in `command_error.details`; streaming tools
+// (decoders, dd) by Node's spawn (`spawnMortal`). Every tool that may write runs `mortal`.
+import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { execa, type Options, type ResultPromise } from 'execa';
 import { ToolError } from './errors.ts';
@@ -80,6 +82,15 @@ export async function run(file: string, args: readonly string[], opts: RunOption
     );
   }
   return { stdout: String(result.stdout ?? ''), stderr: String(result.stderr ?? ''), exitCode };
+}
+
+/**
+ * A streaming tool whose pipes the caller wires to other processes and descriptors (a decoder into dd, a shell
+ * over the device): Node's own spawn of the `mortal` argv, since execa's subprocess would reject a promise nobody
+ * awaits when such a tool fails; the caller reads how it ended (image/sinks/tool-process.ts `exitOf`).
+ */
+export function spawnMortal(file: string, args: readonly string[], opts: SpawnOptions): ChildProcess {
+  return spawn(...mortal(file, args), opts);
 }
 
 /** A long-running tool whose stdio the caller wires itself (qemu-img, the console's shell); see `mortal`. */

@@ -1,6 +1,7 @@
-// One set of rules for values that come from outside (kernel parameters and config files, command params,
-// image_info, the lookup reply): what counts as an object, a string, a boolean. Each caller wraps a refusal
-// in its own error (a config error, HTTP 400, an ignored lookup key); the rules themselves are here only.
+// The rules for values that come from outside (kernel parameters and config files, command params, image_info,
+// node settings, the lookup reply): what counts as an object, a string, a boolean, a whole number. Each caller
+// wraps a refusal in its own error (a config error, HTTP 400, an ignored lookup key). Root-device hints keep a
+// word list of their own (disk/hints.ts), since they compare values as IPA's hint matcher does.
 
 export function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);

@@ -78,6 +78,8 @@ export class AgentState extends EventEmitter {
   conductorSendsGetToken = false;
   /** The auto-TLS key and certificate the API serves (or, before the first lookup, one carried over a crash). */
   autoTls: { key: string; cert: string } | null = null;
+  /** The partition UUIDs of the last image written (IPA keeps them for the process lifetime); null before one. */
+  lastImageUuids: Record<string, string> | null = null;
 
   constructor(version: string, initialToken: string | null) {
     super();

@@ -3,9 +3,9 @@ declare module 'undici/lib/dispatcher/agent.js' {
   import { Agent } from 'undici';
   export default Agent;
 }
-declare module 'undici/lib/dispatcher/dispatcher.js' {
-  import { Dispatcher } from 'undici';
-  export default Dispatcher;
+declare module 'undici/lib/dispatcher/pool.js' {
+  import { Pool } from 'undici';
+  export default Pool;
 }
 declare module 'undici/lib/dispatcher/proxy-agent.js' {
   import { ProxyAgent } from 'undici';
@@ -17,18 +17,11 @@ declare module 'undici/lib/interceptor/redirect.js' {
   export default redirect;
 }
 declare module 'undici/lib/api/index.js' {
-  const api: Record<string, unknown>;
+  import type { Dispatcher } from 'undici';
+  /** undici's API functions, each called with a dispatcher as `this`. */
+  const api: {
+    request(this: Dispatcher, opts: Dispatcher.RequestOptions): Promise<Dispatcher.ResponseData>;
+    connect: Dispatcher['connect'];
+  };
   export default api;
-}
-declare module 'undici/lib/web/fetch/headers.js' {
-  export { Headers } from 'undici';
-}
-declare module 'undici/lib/web/fetch/response.js' {
-  export { Response } from 'undici';
-}
-declare module 'undici/lib/web/fetch/request.js' {
-  export { Request } from 'undici';
-}
-declare module 'undici/lib/web/websocket/events.js' {
-  export { CloseEvent } from 'undici';
 }

@@ -4,70 +4,20 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAgent } from '../agent/agent.ts';
 import { command } from '../agent/commands/types.ts';
-import type { Clock } from '../agent/clock.ts';
 import { Heartbeater, type BeatEvent, type HeartbeatTarget } from '../agent/conductor/heartbeat.ts';
 import { IronicApi } from '../agent/conductor/ironic-api.ts';
 import { ConductorLink } from '../agent/conductor/link.ts';
 import { nullLogger } from '../agent/log.ts';
 import { linkedConfig } from './helpers/linked-config.ts';
 import { FakeConductor } from './helpers/fake-conductor.ts';
-
-/** Virtual time: a sleep ending at or before `horizon` ends at once (time jumps); later ones wait. */
-class VirtualClock implements Clock {
-  t = 1_000_000;
-  private parked: { until: number; resolve: () => void }[] = [];
-
-  constructor(private horizon = Infinity) {}
-
-  now(): number {
-    return this.t;
-  }
-
-  timeout(): AbortSignal {
-    return new AbortController().signal;
-  }
-
-  sleep(ms: number, signal?: AbortSignal): Promise<void> {
-    const until = this.t + Math.max(0, ms);
-    return new Promise((resolve) => {
-      if (signal?.aborted) return resolve();
-      if (until <= this.horizon) {
-        setImmediate(() => {
-          this.t = Math.max(this.t, until);
-          resolve();
-        });
-        return;
-      }
-      const entry = { until, resolve };
-      this.parked.push(entry);
-      signal?.addEventListener(
-        'abort',
-        () => {
-          this.parked = this.parked.filter((p) => p !== entry);
-          resolve();
-        },
-        { once: true },
-      );
-    });
-  }
-
-  advanceTo(horizon: number): void {
-    this.horizon = horizon;
-    const due = this.parked.filter((p) => p.until <= horizon).sort((a, b) => a.until - b.until);
-    this.parked = this.parked.filter((p) => p.until > horizon);
-    for (const p of due) {
-      this.t = Math.max(this.t, p.until);
-      p.resolve();
-    }
-  }
-}
+import { VirtualClock } from './helpers/virtual-clock.ts';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
   while (cleanups.length) await cleanups.pop()!();
 });
 
-async function setup(heartbeatTimeoutS = 300, clock = new VirtualClock(), random = Math.random) {
+async function setup(heartbeatTimeoutS = 300, clock = new VirtualClock({ start: 1_000_000 }), random = Math.random) {
   const fake = await FakeConductor.start({ requireTls: false });
   const node = fake.addNode({ macs: ['52:54:00:12:34:56'] });
   node.internal.agent_secret_token = 't'.repeat(43);
@@ -121,7 +71,7 @@ describe('heartbeat schedule', () => {
       [0, 30_000],
       [1, 60_000],
     ] as const) {
-      const { hb, beats } = await setup(100, new VirtualClock(), () => r);
+      const { hb, beats } = await setup(100, new VirtualClock({ start: 1_000_000 }), () => r);
       hb.start();
       await beatsUntil(beats, 3);
       await hb.stop();
@@ -145,7 +95,7 @@ describe('heartbeat schedule', () => {
 
   it('beats when due even if the sleeps add up a hair short in floating point (no extra loop pause)', async () => {
     // With this draw the retry interval is 5200.2 ms, and 1e6 + 5200 + 0.2 - 1e6 comes out just below it.
-    const { hb, beats, fake } = await setup(300, new VirtualClock(), () => 0.04004);
+    const { hb, beats, fake } = await setup(300, new VirtualClock({ start: 1_000_000 }), () => 0.04004);
     fake.queueHeartbeat(500, 500);
     hb.start();
     await beatsUntil(beats, 2);
@@ -176,7 +126,7 @@ describe('heartbeat schedule', () => {
   });
 
   it('a forced heartbeat waits until more than 5 s after the previous one, and pokes coalesce', async () => {
-    const clock = new VirtualClock(0);
+    const clock = new VirtualClock({ start: 1_000_000, horizon: 0 });
     const { hb, beats } = await setup(300, clock);
     const start = clock.now();
     clock.advanceTo(start);
@@ -209,7 +159,7 @@ describe('early heartbeat after an async command (link)', () => {
     const agent = createAgent(config, nullLogger, {
       test: { slow: command({ mode: 'async', parse: () => ({}), run: () => new Promise<void>((r) => (finish = r)) }) },
     });
-    const clock = new VirtualClock(0);
+    const clock = new VirtualClock({ start: 1_000_000, horizon: 0 });
     const link = new ConductorLink(agent, config, nullLogger, { clock, nics });
     cleanups.push(() => link.stop());
     clock.advanceTo(clock.now());

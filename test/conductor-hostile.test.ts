@@ -15,6 +15,7 @@ import { nodeIdentProblem } from '../agent/conductor/node-ident.ts';
 import { postInspection } from '../agent/inspect/callback.ts';
 import { nullLogger } from '../agent/log.ts';
 import { VirtualClock } from './helpers/virtual-clock.ts';
+import { until } from './helpers/until.ts';
 
 const MiB = 1024 * 1024;
 const UUID = '1be26c0b-03f2-4d2e-ae87-c02d7f33c123';
@@ -112,10 +113,6 @@ function loopbackSlack(): number {
   return most('tcp_rmem') + most('tcp_wmem') + MiB;
 }
 
-async function until(what: () => boolean): Promise<void> {
-  while (!what()) await new Promise((r) => setTimeout(r, 10));
-}
-
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
   while (cleanups.length) await cleanups.pop()!();
@@ -202,9 +199,9 @@ describe('one deadline for a whole exchange, on the clock', () => {
     const clock = new VirtualClock();
     const sent = api(peer.url, clock, 30).send('GET', '/');
     const settled = sent.catch((e: unknown) => e);
-    await until(() => (peer.exchanges[0]?.sent ?? 0) >= 3);
+    await until('three sends on the first exchange', () => (peer.exchanges[0]?.sent ?? 0) >= 3);
     clock.advance(29_000);
-    await until(() => (peer.exchanges[0]?.sent ?? 0) >= 6);
+    await until('six sends on the first exchange', () => (peer.exchanges[0]?.sent ?? 0) >= 6);
     clock.advance(1_000);
     const err = await settled;
     expect(err).toBeInstanceOf(ConductorUnreachable);
@@ -218,7 +215,7 @@ describe('one deadline for a whole exchange, on the clock', () => {
     const settled = api(peer.url, clock, 30)
       .send('GET', '/')
       .catch((e: unknown) => e);
-    await until(() => peer.exchanges.length === 1);
+    await until('one exchange', () => peer.exchanges.length === 1);
     clock.advance(30_000);
     expect(String(await settled)).toMatch(/timeout: no whole reply within 30 s/);
     await peer.exchanges[0]!.closed;
@@ -238,7 +235,10 @@ describe('one deadline for a whole exchange, on the clock', () => {
       [1, 10_000],
       [2, 5_000],
     ] as const) {
-      await until(() => peer.exchanges.length === n && peer.exchanges[n - 1]!.sent >= 2);
+      await until(
+        `exchange ${n} with two sends`,
+        () => peer.exchanges.length === n && peer.exchanges[n - 1]!.sent >= 2,
+      );
       clock.advance(ms);
     }
     const outcome = await run;
@@ -267,13 +267,13 @@ describe('one deadline for a whole exchange, on the clock', () => {
     hb.on('beat', (e) => beats.push(e));
     hb.start();
     cleanups.push(() => hb.stop());
-    await until(() => (peer.exchanges[0]?.sent ?? 0) >= 2);
+    await until('two sends on the first exchange', () => (peer.exchanges[0]?.sent ?? 0) >= 2);
     // Cut at heartbeat_timeout, before ipa-http-request-timeout: a later 202 would be late anyway.
     clock.advance(6_000);
-    await until(() => beats.length === 1);
+    await until('the first heartbeat', () => beats.length === 1);
     expect(beats[0]).toMatchObject({ ok: false, reason: expect.stringMatching(/timeout: no whole reply within 6 s/) });
     await peer.exchanges[0]!.closed;
-    await until(() => peer.exchanges.length === 2);
+    await until('a second exchange', () => peer.exchanges.length === 2);
     await hb.stop();
   });
 });
@@ -344,7 +344,7 @@ describe('the node identifier from outside', () => {
     );
     hb.start();
     cleanups.push(() => hb.stop());
-    await until(() => peer.exchanges.length >= 1);
+    await until('an exchange', () => peer.exchanges.length >= 1);
     await hb.stop();
     expect(peer.exchanges[0]!.path).toBe('/v1/heartbeat/..%2Fx');
   });

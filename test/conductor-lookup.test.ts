@@ -2,25 +2,12 @@
 // the 5/10/30 s pauses after 409, the "******" rule and the timeout.
 import { createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Clock } from '../agent/clock.ts';
 import { LookupNodeError } from '../agent/conductor/errors.ts';
 import { IronicApi } from '../agent/conductor/ironic-api.ts';
 import { lookupNode, type LookupRequest } from '../agent/conductor/lookup.ts';
 import { nullLogger } from '../agent/log.ts';
 import { FakeConductor } from './helpers/fake-conductor.ts';
-
-/** Every sleep ends at once and moves virtual time on; the sleeps are kept for inspection. */
-class InstantClock implements Clock {
-  t = 0;
-  sleeps: number[] = [];
-  now = () => this.t;
-  timeout = () => new AbortController().signal;
-  sleep = async (ms: number) => {
-    this.sleeps.push(ms);
-    this.t += ms;
-    await new Promise((r) => setImmediate(r));
-  };
-}
+import { VirtualClock } from './helpers/virtual-clock.ts';
 
 const MAC = '52:54:00:aa:bb:cc';
 const cleanups: (() => Promise<void>)[] = [];
@@ -40,7 +27,7 @@ function lookupWith(urls: string[], req: Partial<LookupRequest> = {}, random = M
     requestId: 'req-0b5e1d0c-6b1f-4a4e-9c59-3f0e8f4f2b7a',
   });
   cleanups.push(() => api.close());
-  const clock = new InstantClock();
+  const clock = new VirtualClock({ start: 0 });
   const run = lookupNode(
     { macs: [MAC], versions: at(115), heldToken: null, timeoutS: 600, intervalS: 1, ...req },
     { api, clock, random, log: nullLogger },
@@ -73,7 +60,7 @@ describe('lookup retries', () => {
     const err = await run.catch((e: unknown) => e);
     expect(err).toBeInstanceOf(LookupNodeError);
     expect((err as Error).message).toMatch(/; last: HTTP 404: Resource could not be found\.$/);
-    expect(clock.t).toBeGreaterThanOrEqual(600_000);
+    expect(clock.now()).toBeGreaterThanOrEqual(600_000);
     clock.sleeps.slice(0, -1).forEach((ms, i) => {
       expect(ms).toBeGreaterThanOrEqual(1000);
       expect(ms).toBeLessThanOrEqual(Math.max(1, Math.min(60, 2 ** i)) * 1000);

@@ -11,7 +11,9 @@ import { generateCertificate, generateKeys } from '../agent/conductor/auto-tls.t
 import { ipBytes } from '../agent/conductor/der.ts';
 import { heartbeatBody, type HeartbeatTarget } from '../agent/conductor/heartbeat.ts';
 import { ironicFault } from '../agent/conductor/ironic-api.ts';
+import { withLookupConfig } from '../agent/conductor/link.ts';
 import { lookupPath } from '../agent/conductor/lookup.ts';
+import { buildConfig } from '../agent/config/config.ts';
 import { nicMacs } from '../agent/conductor/nics.ts';
 import { HostRoot } from '../agent/inspect/host-root.ts';
 import { acceptToken, InvalidLookupReply, parseLookupReply } from '../agent/conductor/lookup-reply.ts';
@@ -80,6 +82,32 @@ describe('lookup reply', () => {
       permittedImageFormats: ['raw'],
       md5Enabled: false,
     });
+  });
+
+  it("applies the reply's image settings to a new Config and leaves the one it was given as it was", () => {
+    const given = buildConfig(new Map(), new Map([['standalone', 'true']]));
+    const before = structuredClone(given);
+    const reply = parseLookupReply(
+      JSON.stringify({
+        node: { uuid: 'u1' },
+        config: {
+          heartbeat_timeout: 30,
+          permitted_image_formats: ['raw'],
+          agent_md5_checksum_enable: true,
+          disable_deep_image_inspection: true,
+        },
+      }),
+    );
+    const applied = withLookupConfig(given, reply.config);
+    expect(applied.image).toMatchObject({ permittedFormats: ['raw'], md5Enabled: true, disableDeepInspection: true });
+    expect(applied.lookup).toBe(given.lookup);
+    expect(given).toEqual(before);
+    // Keys the reply leaves out keep the configured values.
+    const partial = withLookupConfig(
+      given,
+      parseLookupReply('{"node": {"uuid": "u"}, "config": {"heartbeat_timeout": 30}}').config,
+    );
+    expect(partial.image).toEqual(given.image);
   });
 
   it('accepts an old API with a top-level heartbeat_timeout and no config', () => {

@@ -13,6 +13,7 @@ import { startAgent } from './helpers/api-harness.ts';
 import { FAKE_HDPARM } from './helpers/fake-hdparm.ts';
 import { installFakes, type FakeTools } from './helpers/fake-tools.ts';
 import { MiB, withLoops, type LoopDevice } from './helpers/loop.ts';
+import { until } from './helpers/until.ts';
 
 let fakes: FakeTools | undefined;
 afterEach(async () => {
@@ -45,13 +46,6 @@ async function marked(d: LoopDevice, at: 'head' | 'tail'): Promise<boolean> {
     return buf.reduce((n, b) => n + (b === 0xa5 ? 1 : 0), 0) >= MARK / 2;
   } finally {
     await fh.close();
-  }
-}
-
-async function until(what: string, ok: () => boolean | Promise<boolean>, ms = 20_000): Promise<void> {
-  for (const end = Date.now() + ms; !(await ok()); ) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
   }
 }
 

@@ -12,6 +12,7 @@ import { paint, readDevice, readMarker, runCommand, runToEnd, sha256, startImage
 import { call } from './helpers/api-harness.ts';
 import { startImageServer, type ImageServer } from './helpers/image-server.ts';
 import { compress, makeDiskImage, toQcow2, workDir, type DiskImage } from './helpers/make-image.ts';
+import { until } from './helpers/until.ts';
 
 let loop: LoopDevice;
 let server: ImageServer;
@@ -314,15 +315,18 @@ describe('progress', () => {
       );
       expect(started.json.command_status).toBe('RUNNING');
       let seen: any = null;
-      for (;;) {
-        const last = (await call(`${agent.url}/v1/commands/`)).json.commands.at(-1);
-        if (last.command_status !== 'RUNNING') {
-          succeeded(last);
-          break;
-        }
-        if (last.command_result?.phase === 'stream') seen = last.command_result;
-        await new Promise((r) => setTimeout(r, 100));
-      }
+      const ended = await until(
+        'the deploy to end',
+        async () => {
+          const last = (await call(`${agent.url}/v1/commands/`)).json.commands.at(-1);
+          if (last.command_status !== 'RUNNING') return last;
+          if (last.command_result?.phase === 'stream') seen = last.command_result;
+          return undefined;
+        },
+        120_000,
+        100,
+      );
+      succeeded(ended);
       expect(seen).toEqual({
         phase: 'stream',
         bytes_done: expect.any(Number),

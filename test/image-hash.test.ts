@@ -9,6 +9,7 @@ import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { CommandExecutionError } from '../agent/errors.ts';
 import { ImageHash } from '../agent/image/image-hash.ts';
+import { until } from './helpers/until.ts';
 
 describe('ImageHash', () => {
   it.each(['md5', 'sha256', 'sha512'])('%s of chunks that straddle its slots equals createHash', async (algo) => {
@@ -82,7 +83,7 @@ describe('ImageHash', () => {
       await writeFile(file, Buffer.alloc(512 * 1024 * 1024));
       const hash = new ImageHash('sha512');
       const pending = hash.digestOfFile(file).catch((e: unknown) => e);
-      while (!(await openOnFile())) await new Promise((r) => setTimeout(r, 5));
+      await until('the hash to open the file', openOnFile, 20_000, 5);
       await hash.close();
       expect(await pending).toBeInstanceOf(CommandExecutionError);
       expect(await openOnFile()).toBe(false);

@@ -12,6 +12,7 @@ import { get } from '../agent/image/http-body.ts';
 import { Transfer } from '../agent/image/transfer.ts';
 import { LogRing } from '../agent/log.ts';
 import { startRawHttpServer, type Behaviour, type RawHttpServer } from './helpers/raw-http-server.ts';
+import { until } from './helpers/until.ts';
 
 const MiB = 1024 * 1024;
 const cleanups: (() => Promise<void> | void)[] = [];
@@ -45,11 +46,6 @@ function transfer(ring: LogRing): Transfer {
     log: pino({ base: null }, ring),
     clock: realClock,
   });
-}
-
-async function until(check: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 200 && !check(); i++) await sleep(25);
-  expect(check(), what).toBe(true);
 }
 
 describe('the image body from the dispatch handler', () => {
@@ -86,7 +82,7 @@ describe('the image body from the dispatch handler', () => {
     expect(got).toBe(MiB);
     opened.cancel();
     await expect(waiting).rejects.toThrow();
-    await until(() => s.openSockets === 0, 'the connection closed');
+    await until('the connection closed', () => s.openSockets === 0);
     await sleep(200);
     expect(s.requests).toHaveLength(1);
     expect(ring.tail().filter((l) => l.includes('resum'))).toEqual([]);
@@ -97,7 +93,7 @@ describe('the image body from the dispatch handler', () => {
     const url = s.serve('image.raw', randomBytes(2 * MiB));
     const opened = await transfer(new LogRing()).open([url]);
     for await (const _chunk of opened.body) break;
-    await until(() => s.openSockets === 0, 'the connection closed');
+    await until('the connection closed', () => s.openSockets === 0);
   });
 
   it('an abort before the server answers rejects at once', async () => {

@@ -12,7 +12,6 @@ import { gunzipSync } from 'node:zlib';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAgent } from '../agent/agent.ts';
 import { buildConfig } from '../agent/config/config.ts';
-import type { Clock } from '../agent/clock.ts';
 import { ConductorLink } from '../agent/conductor/link.ts';
 import { nicMacs } from '../agent/conductor/nics.ts';
 import { collectors } from '../agent/inspect/collectors/registry.ts';
@@ -22,6 +21,7 @@ import { nullLogger } from '../agent/log.ts';
 import { AgentState } from '../agent/state.ts';
 import { FakeConductor } from './helpers/fake-conductor.ts';
 import { installFakes } from './helpers/fake-tools.ts';
+import { VirtualClock } from './helpers/virtual-clock.ts';
 
 interface Posted {
   headers: IncomingHttpHeaders;
@@ -52,20 +52,6 @@ afterEach(async () => {
   while (cleanups.length) await cleanups.pop()!();
 });
 
-function virtualClock(): Clock & { slept: number[] } {
-  let t = 0;
-  const slept: number[] = [];
-  return {
-    slept,
-    now: () => t,
-    sleep: async (ms) => {
-      slept.push(ms);
-      t += ms;
-    },
-    timeout: () => new AbortController().signal,
-  };
-}
-
 function configFor(flags: Record<string, string>) {
   return buildConfig(
     new Map(),
@@ -84,7 +70,7 @@ function configFor(flags: Record<string, string>) {
 function inProcess(flags: Record<string, string>, extra: Partial<Parameters<typeof inspect>[0]> = {}) {
   const config = configFor(flags);
   const state = new AgentState('test', null);
-  const clock = virtualClock();
+  const clock = new VirtualClock({ start: 0 });
   return { state, clock, run: () => inspect({ config, log: nullLogger, state, clock, ...extra }) };
 }
 
@@ -193,7 +179,7 @@ describe('posting', () => {
     const r = await t.run();
     expect(r.outcome).toMatchObject({ kind: 'accepted', attempts: 3 });
     expect(r.nodeUuid).toBe('u-1');
-    expect(t.clock.slept).toEqual([5000, 5000]);
+    expect(t.clock.sleeps).toEqual([5000, 5000]);
     expect(t.state.status.inspection).toMatchObject({ phase: 'done' });
     expect(typeof t.state.status.inspection?.collectionMs).toBe('number');
   });
@@ -207,7 +193,7 @@ describe('posting', () => {
     });
     expect((await t.run()).outcome).toMatchObject({ kind: 'failed', attempts: 3 });
     expect(t.state.status.inspection?.phase).toBe('failed');
-    expect(t.clock.slept).toEqual([5000, 5000]);
+    expect(t.clock.sleeps).toEqual([5000, 5000]);
     const bad = await callbackServer(() => ({
       status: 400,
       body: { error_message: JSON.stringify({ faultstring: 'No lookup information provided' }) },
@@ -230,7 +216,7 @@ describe('posting', () => {
       'ipa-inspection-timeout': '90',
     });
     expect((await t.run()).outcome).toMatchObject({ kind: 'failed', attempts: 7 });
-    expect(t.clock.slept).toEqual([5000, 5000, 6000, 12000, 24000, 30000]);
+    expect(t.clock.sleeps).toEqual([5000, 5000, 6000, 12000, 24000, 30000]);
     expect(down.posts).toHaveLength(7);
   });
 
@@ -244,12 +230,12 @@ describe('posting', () => {
       'ipa-inspection-timeout': '12',
     });
     const state = new AgentState('test', null);
-    const clock = virtualClock();
+    const clock = new VirtualClock({ start: 0 });
     const r = await inspectUntilAnswered({ config, log: nullLogger, state, clock });
     expect(r.outcome).toMatchObject({ kind: 'accepted', attempts: 2 });
     expect(r.nodeUuid).toBe('u-9');
     // Round one: three attempts within 12 s; a pause; round two: the second attempt is answered.
-    expect(clock.slept).toEqual([5000, 5000, 30000, 5000]);
+    expect(clock.sleeps).toEqual([5000, 5000, 30000, 5000]);
     expect(cb.posts).toHaveLength(5);
     expect(state.status.inspection?.phase).toBe('done');
   });

@@ -12,7 +12,9 @@ const ROOT = resolve(import.meta.dirname, '..', 'agent');
 const LAYERS: readonly (readonly string[])[] = [
   // primitives every layer may use
   [
+    'bounded-json.ts',
     'clock.ts',
+    'lock.ts',
     'errors.ts',
     'log.ts',
     'parse.ts',

@@ -10,6 +10,7 @@ import { BODY_GRACE_MS, BODY_MIN_RATE } from '../agent/api/body-limit.ts';
 import { command } from '../agent/commands/types.ts';
 import { startAgent, type RunningAgent } from './helpers/api-harness.ts';
 import { VirtualClock } from './helpers/virtual-clock.ts';
+import { until } from './helpers/until.ts';
 
 const TOKEN = 'tok-0123456789abcdef0123456789abcdef';
 const KiB = 1024;
@@ -90,10 +91,6 @@ function unread(local: number, remote: number): number {
 }
 
 /** Lets the event loop run until `check` holds (the agent's progress, not time, is what is waited for). */
-async function until(check: () => boolean): Promise<void> {
-  while (!check()) await new Promise((resolve) => setImmediate(resolve));
-}
-
 let agent: RunningAgent | undefined;
 const clients: StallingClient[] = [];
 afterEach(async () => {
@@ -109,7 +106,7 @@ describe('a large body that stalls', () => {
     const sent = 64 * KiB;
     const stalled = new StallingClient(agent.url, `?agent_token=${TOKEN}`, 1.5 * MiB, sent);
     clients.push(stalled);
-    await until(() => clock.armed === 1);
+    await until('the body deadline to be set', () => clock.armed === 1);
 
     let answered: number | undefined;
     const conductor = conductorPost(agent.url, 2 * MiB).then((status) => (answered = status));
@@ -165,7 +162,7 @@ describe('a large body that stalls', () => {
         `Connection: close\r\nContent-Length: ${size}\r\n\r\n${head}`,
     );
     // The rate is counted from when the agent starts reading the body.
-    await until(() => clock.armed === 1);
+    await until('the body deadline to be set', () => clock.armed === 1);
     let left = size - head.length - tail.length;
     const step = 512 * KiB;
     // The grace runs out first, then each half MiB buys half a second: the clock stays 1 ms inside it, moved on
@@ -175,7 +172,10 @@ describe('a large body that stalls', () => {
       const n = Math.min(step, left);
       socket.write(Buffer.alloc(n, 0x61));
       left -= n;
-      await until(() => received !== '' || unread(Number(port), socket.localPort!) === 0);
+      await until(
+        'an answer, or the request read to its end',
+        () => received !== '' || unread(Number(port), socket.localPort!) === 0,
+      );
       for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve));
       clock.advance((n / BODY_MIN_RATE) * 1000);
     }

@@ -22,6 +22,7 @@ import { makeDiskImage, workDir } from './helpers/make-image.ts';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { buildImage } from './helpers/qcow2-corpus.ts';
+import { until } from './helpers/until.ts';
 
 /** Serves one image slowly (256 KiB every 100 ms) and remembers whether the client hung up before the end. */
 class DripServer {
@@ -78,14 +79,6 @@ const info = (id: string, url: string, data: Buffer) => ({
   disk_format: 'raw',
   stream_raw_images: true,
 });
-
-async function until(check: () => boolean | Promise<boolean>, what: string, ms = 20_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 const macs = await nicMacs();
 if (macs.length === 0) console.warn('linked cancellation test skipped: no NIC with a MAC in /sys/class/net');
@@ -151,7 +144,7 @@ describe('a forgotten command is cancelled', () => {
     const first = await executor.submit('test.hold', {});
     const reset = executor.reset('test');
     expect(executor.list()).toEqual([]);
-    await until(() => sawAbort, 'the abort');
+    await until('the abort', () => sawAbort);
     await expect(executor.submit('test.quick', {})).rejects.toBeInstanceOf(AgentIsBusy);
     windDown();
     await reset;
@@ -180,7 +173,7 @@ describe('a forgotten command is cancelled', () => {
       image_info: info('fast', images.serve('fast-cd.img', fastImage), fastImage),
       configdrive: `http://127.0.0.1:${(refusing.address() as AddressInfo).port}/configdrive`,
     });
-    await until(() => hits >= 1, 'the config drive request');
+    await until('the config drive request', () => hits >= 1);
     await executor.reset('test');
     expect(cmd.status).toBe('FAILED');
     expect(hits).toBe(1);
@@ -201,16 +194,25 @@ describe('a forgotten command is cancelled', () => {
       false,
     );
     expect(slow.json.command_status).toBe('RUNNING');
-    await until(() => a.agent.executor.list().length === 0, 'the simulated power-off');
+    await until('the simulated power-off', () => a.agent.executor.list().length === 0);
     // Busy until the forgotten deploy is gone; then the next one is accepted and owns the disk.
     const fastUrl = images.serve('fast.img', fastImage);
-    let second: Awaited<ReturnType<typeof runCommand>>;
-    for (;;) {
-      second = await runCommand(a.url, 'standby.prepare_image', { image_info: info('fast', fastUrl, fastImage) }, true);
-      if (second.status !== 409) break;
-      expect(second.json.faultstring).toMatch(/^Agent is busy: executing command prepare_image/);
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    const second = await until(
+      'the next deploy to be accepted',
+      async () => {
+        const r = await runCommand(
+          a.url,
+          'standby.prepare_image',
+          { image_info: info('fast', fastUrl, fastImage) },
+          true,
+        );
+        if (r.status !== 409) return r;
+        expect(r.json.faultstring).toMatch(/^Agent is busy: executing command prepare_image/);
+        return undefined;
+      },
+      20_000,
+      50,
+    );
     expect(second.json.command_status, second.text).toBe('SUCCEEDED');
     await expectOnlyFastImage(drip);
   });
@@ -243,7 +245,7 @@ describe('a forgotten command is cancelled', () => {
       false,
     );
     expect(deploy.json.command_status).toBe('RUNNING');
-    await until(async () => (await readFile(pids, 'utf8').catch(() => '')) !== '', 'the zeroing to start');
+    await until('the zeroing to start', async () => (await readFile(pids, 'utf8').catch(() => '')) !== '');
     const zeroing = Number((await readFile(pids, 'utf8')).trim().split('\n')[0]);
     // What a power-off or a new lookup does to a running command; it must not wait for the zeroing.
     const started = Date.now();
@@ -280,7 +282,7 @@ describe('a forgotten command is cancelled', () => {
     cleanups.push(() => client.close());
     const slow = await client.command('standby.prepare_image', { image_info: info('slow', drip.url, slowImage) });
     expect(slow.command_status).toBe('RUNNING');
-    await until(() => drip.sent >= 2 * MiB, 'the slow deploy to be writing');
+    await until('the slow deploy to be writing', () => drip.sent >= 2 * MiB);
 
     fake.powerAction(node!.uuid);
     await fake.waitFor(

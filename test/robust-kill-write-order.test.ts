@@ -19,6 +19,7 @@ import { readDevice } from './helpers/image-agent.ts';
 import { startImageServer, type ImageServer } from './helpers/image-server.ts';
 import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from './helpers/loop.ts';
 import { compress, makeDiskImage, toQcow2, workDir } from './helpers/make-image.ts';
+import { until } from './helpers/until.ts';
 
 const POINTS = 6;
 const SEED = Number(process.env.INA_KILL_SEED ?? Math.floor(Math.random() * 2 ** 31));
@@ -169,16 +170,21 @@ async function lastCommand(a: AgentChild): Promise<Command> {
 }
 
 /** Polls until the write's progress passes `fraction` (or the command ended); returns what it last saw. */
-async function until(a: AgentChild, fraction: number): Promise<Command> {
-  for (;;) {
-    const c = await lastCommand(a);
-    if (c.command_status !== 'RUNNING') return c;
-    const p = c.command_result;
-    if (p && ['stream', 'write', 'convert'].includes(p.phase ?? '') && p.bytes_total) {
-      if ((p.bytes_done ?? 0) >= fraction * p.bytes_total) return c;
-    }
-    await new Promise((r) => setTimeout(r, 20));
-  }
+/** The deploy once it has written `fraction` of the image, or once it ended. */
+function writtenUpTo(a: AgentChild, fraction: number): Promise<Command> {
+  return until(
+    `the deploy to write ${fraction * 100} % of the image`,
+    async () => {
+      const c = await lastCommand(a);
+      if (c.command_status !== 'RUNNING') return c;
+      const p = c.command_result;
+      if (p && ['stream', 'write', 'convert'].includes(p.phase ?? '') && p.bytes_total) {
+        if ((p.bytes_done ?? 0) >= fraction * p.bytes_total) return c;
+      }
+      return undefined;
+    },
+    300_000,
+  );
 }
 
 describe.each(ROUTES)('SIGKILL mid-deploy: $name', (route) => {
@@ -198,7 +204,7 @@ describe.each(ROUTES)('SIGKILL mid-deploy: $name', (route) => {
       let seen: Command;
       try {
         await deploy(a, `kill-${point}`, file, route);
-        seen = await until(a, fraction);
+        seen = await writtenUpTo(a, fraction);
         const tools = await descendants(a.pid);
         a.child.kill('SIGKILL');
         await a.exited;

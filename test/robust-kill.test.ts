@@ -13,6 +13,7 @@ import { readDevice } from './helpers/image-agent.ts';
 import { startImageServer, type ImageServer } from './helpers/image-server.ts';
 import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from './helpers/loop.ts';
 import { makeDiskImage, toQcow2, workDir } from './helpers/make-image.ts';
+import { until } from './helpers/until.ts';
 
 let loop: LoopDevice;
 let work: Awaited<ReturnType<typeof workDir>>;
@@ -73,16 +74,6 @@ async function alive(pids: number[]): Promise<number[]> {
   return out;
 }
 
-async function until<T>(get: () => Promise<T | undefined>, what: string, ms = 30_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await get();
-    if (v !== undefined) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 async function startThrottled(): Promise<AgentChild> {
   scratch = await mkdtemp(join(tmpdir(), 'ina-kill-'));
   agent = await startAgentChild(loop.path, {
@@ -127,8 +118,9 @@ describe('tools die with the agent', () => {
     const a = await startThrottled();
     await deploy(a, 'kill.qcow2', await toQcow2(raw), 'qcow2', false);
     const writer = await until(
-      async () => (await descendants(a.pid)).find((p) => p.comm === 'qemu-img'),
       'qemu-img to run',
+      async () => (await descendants(a.pid)).find((p) => p.comm === 'qemu-img'),
+      30_000,
     );
     // Let it get going, so that it has a long throttled write ahead of it.
     await new Promise((r) => setTimeout(r, 1000));
@@ -141,8 +133,8 @@ describe('tools die with the agent', () => {
     // (in the middle of the disk, never its ends), holding its lock on the device until they are done: waited
     // out here, so that the next test's qemu-img can take the device.
     await until(
-      async () => ((await readFile(`/proc/${writer.pid}/stat`).catch(() => null)) ? undefined : true),
       'the killed qemu-img to be reaped',
+      async () => ((await readFile(`/proc/${writer.pid}/stat`).catch(() => null)) ? undefined : true),
       60_000,
     );
     // The killed deploy's buffer file is left behind; the next start deletes it.
@@ -158,7 +150,7 @@ describe('tools die with the agent', () => {
     // Something bootable-looking on the disk before: it must not survive as a half image either.
     await writeFile(loop.path, randomBytes(MiB));
     await deploy(a, 'term.qcow2', await toQcow2(raw), 'qcow2', false);
-    await until(async () => (await descendants(a.pid)).find((p) => p.comm === 'qemu-img'), 'qemu-img to run');
+    await until('qemu-img to run', async () => (await descendants(a.pid)).find((p) => p.comm === 'qemu-img'), 30_000);
     await new Promise((r) => setTimeout(r, 1000));
     const family = (await descendants(a.pid)).map((p) => p.pid);
     a.child.kill('SIGTERM');

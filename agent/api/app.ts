@@ -1,5 +1,4 @@
 // The agent's HTTP API: IPA's route table, with its redirects, 404/405 rules and check order.
-import './web-classes.ts';
 import { Hono, type Context } from 'hono';
 import { realClock, type Clock } from '../clock.ts';
 import type { CommandExecutor } from '../commands/executor.ts';

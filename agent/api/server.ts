@@ -1,5 +1,4 @@
 // Serves the Hono app over HTTP, or HTTPS when given a certificate (auto-TLS or configured).
-import './web-classes.ts';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { SecureVersion } from 'node:tls';
@@ -27,6 +26,9 @@ function listen(app: Hono, host: string, port: number, tls?: TlsMaterial): Promi
   return new Promise((resolve, reject) => {
     const server = serve({
       fetch: app.fetch,
+      // Hono answers with Node's own Request and Response; the library would otherwise replace those globals
+      // with its own for every module in the process.
+      overrideGlobalObjects: false,
       hostname: host,
       port,
       ...(tls

@@ -1,7 +1,7 @@
 // Burn-in settings come from the node's driver_info, under IPA's keys and with IPA's defaults. They are
 // checked before any tool starts: a bad value fails the step as a CleaningError and runs nothing.
 import { CleaningError } from '../errors.ts';
-import { isObject, parseWholeNumber } from '../parse.ts';
+import { BOOLEAN_WORDS, isObject, parseBoolean, parseWholeNumber } from '../parse.ts';
 
 type Info = Record<string, unknown>;
 
@@ -32,9 +32,9 @@ export function optPath(info: Info, key: string): string | undefined {
 export function boolSetting(info: Info, key: string): boolean {
   const v = info[key];
   if (v === undefined || v === null) return false;
-  if (v === true || v === 'true' || v === 'True') return true;
-  if (v === false || v === 'false' || v === 'False') return false;
-  throw bad(key, v, 'true or false');
+  const b = parseBoolean(v);
+  if (b === undefined) throw bad(key, v, `true or false (${BOOLEAN_WORDS})`);
+  return b;
 }
 
 /** stress-ng's --vm-bytes: a size with an optional b/k/m/g suffix, or a percentage of memory. */

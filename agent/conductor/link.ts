@@ -49,11 +49,16 @@ interface Boot {
   keys?: Promise<AgentKeys>;
 }
 
-/** The lookup config overrides IPA applies to its own configuration. */
-function applyLookupConfig(config: Config, lc: LookupConfig): void {
-  if (lc.md5Enabled !== undefined) config.image.md5Enabled = lc.md5Enabled;
-  if (lc.disableDeepImageInspection !== undefined) config.image.disableDeepInspection = lc.disableDeepImageInspection;
-  if (lc.permittedImageFormats) config.image.permittedFormats = lc.permittedImageFormats;
+/**
+ * The configuration with the image settings a lookup reply overrides, as IPA applies them to its own; a new value,
+ * so that the Config the agent was built from stays as it was given.
+ */
+export function withLookupConfig(config: Config, lc: LookupConfig): Config {
+  const image = { ...config.image };
+  if (lc.md5Enabled !== undefined) image.md5Enabled = lc.md5Enabled;
+  if (lc.disableDeepImageInspection !== undefined) image.disableDeepInspection = lc.disableDeepImageInspection;
+  if (lc.permittedImageFormats) image.permittedFormats = lc.permittedImageFormats;
+  return { ...config, image };
 }
 
 export class ConductorLink {
@@ -264,7 +269,8 @@ export class ConductorLink {
       },
       { api: this.api, clock: this.clock, random: this.random, log: this.log, signal: boot.abort.signal },
     );
-    applyLookupConfig(this.config, found.config);
+    // Commands started from now on see the conductor's settings; one already running keeps the ones it began with.
+    this.agent.services.config = withLookupConfig(this.agent.services.config, found.config);
     const ignored = lookupKeysNotActedOn(found.config.raw);
     if (ignored.length > 0) this.log.warn({ keys: ignored }, `lookup config not acted on: ${ignored.join(', ')}`);
     this.useVersion(boot, found.version);

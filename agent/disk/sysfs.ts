@@ -1,7 +1,6 @@
 // Reads block-device facts straight from /sys, because inside the ramdisk there is no udev to
 // publish them (no /dev/disk/by-*, no udev database for lsblk to read).
-import { readFileSync, realpathSync } from 'node:fs';
-import { listSys, readSys } from '../host/sysfs.ts';
+import { listSys, liveRoot, readSys } from '../host/sysfs.ts';
 import { basename } from 'node:path';
 
 export const SYS_BLOCK = '/sys/block';
@@ -37,12 +36,8 @@ export async function sysHctl(name: string, sysBlock = SYS_BLOCK): Promise<strin
  * instance number. Only the common PCI-attached layouts are covered; anything else has none.
  */
 export async function sysByPath(name: string, sysBlock = SYS_BLOCK): Promise<string | null> {
-  let dev: string;
-  try {
-    dev = realpathSync(`${sysBlock}/${name}`);
-  } catch {
-    return null;
-  }
+  const dev = await liveRoot.realpath(`${sysBlock}/${name}`);
+  if (dev === null) return null;
   const parts = dev.split('/');
   const pci = parts.filter((p) => /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/.test(p)).at(-1);
   if (!pci) return null;
@@ -76,13 +71,8 @@ export interface SysIdentity {
  * ATA serial). The ramdisk has no udev, and sysfs has no text serial for these disks.
  */
 async function vpdSerial(base: string): Promise<string | null> {
-  let page: Buffer;
-  try {
-    page = readFileSync(`${base}/device/vpd_pg80`);
-  } catch {
-    return null;
-  }
-  if (page.length < 4 || page[1] !== 0x80) return null;
+  const page = await liveRoot.readBytes(`${base}/device/vpd_pg80`);
+  if (page === null || page.length < 4 || page[1] !== 0x80) return null;
   const text = page
     .subarray(4, 4 + page.readUInt16BE(2))
     .toString('latin1')

@@ -2,7 +2,7 @@
 // scheme, unless `no_proxy` covers the host. TLS (insecure, CA file, minimum version) applies to all.
 import { readFileSync } from 'node:fs';
 import { BlockList, isIP } from 'node:net';
-import { Agent, ProxyAgent, redirect, type Dispatcher } from '../undici.ts';
+import { Agent, ProxyAgent, proxyPool, redirect, type Dispatcher } from '../undici.ts';
 import { InvalidCommandParamsError } from '../errors.ts';
 
 export interface DispatchOptions {
@@ -112,6 +112,7 @@ export class Dispatchers {
           // `allowH2` above: without it here they offer h2 to an HTTPS proxy or server that speaks it.
           requestTls: { ...this.tls, timeout: this.opts.connectTimeoutMs, allowH2: false },
           proxyTls: { ...this.tls, timeout: this.opts.connectTimeoutMs, allowH2: false },
+          clientFactory: proxyPool,
         })
       : new Agent({ ...common, connect: { ...this.tls, timeout: this.opts.connectTimeoutMs } });
     return base.compose(redirect({ maxRedirections: 5 }));

@@ -2,13 +2,12 @@
 // accepted. For plain bytes the head is simply the first bytes; for a compressed download the gate holds the
 // first compressed chunks back and decodes them with a throwaway decoder that is stopped once the head is out.
 // Also the refusals every path shares (a container format disguised as raw, an unsafe header).
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { InvalidImage } from '../errors.ts';
-import { mortal } from '../exec.ts';
 import { afterHead, readAtLeast, rest } from './peek.ts';
 import type { ImageInspection } from './inspect.ts';
-import { DECODER_TOOL, type Compressed, type Compression } from './sniff.ts';
-import { assertStarted, decodeFailure, exitOf, failed, type Exit } from './sinks/tool-process.ts';
+import type { Compressed, Compression } from './sniff.ts';
+import { assertStarted, decodeFailure, exitOf, failed, spawnDecoder, type Exit } from './sinks/tool-process.ts';
 
 type Check = (head: Buffer) => Promise<void>;
 
@@ -40,7 +39,7 @@ class HeadProbe {
     private readonly kind: Compressed,
     private readonly bytes: number,
   ) {
-    this.child = spawn(...mortal(DECODER_TOOL[kind], ['-dc']), { stdio: ['pipe', 'pipe', 'pipe'] });
+    this.child = spawnDecoder(kind, 'pipe');
     this.exit = exitOf(this.child);
     // The probe may be stopped while it is still being fed.
     this.child.stdin!.on('error', () => undefined);

@@ -3,7 +3,7 @@
 //   source ─▶ sniff ─▶ tap ─▶ gate ─▶ sink
 //
 // source: transfer.ts's body (resumed across breaks, content-decoded); sniff: the compression, from the first
-// bytes; tap: counts for progress and hashes on a worker thread; gate: nothing passes before the image's head
+// bytes; tap: counts for progress and hashes on libuv's thread pool (the hash addon, image-hash.ts); gate: nothing passes before the image's head
 // was accepted; sink: the one stage that touches the target (sinks/sink.ts). ROUTES says which sink takes a
 // download and when the tap hashes. A buffered image then takes a second leg, buffer file ─▶ device sink.
 // transfer.ts owns every retry: an attempt here runs once and throws.

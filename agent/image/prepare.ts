@@ -16,11 +16,8 @@ import { shownUrl } from './url-credentials.ts';
 import { clearSignatures } from '../disk/signatures.ts';
 import { ProgressMeter, type ProgressReport } from '../progress.ts';
 
-/** The UUID map of the last image written, per agent (IPA keeps it for the process lifetime). */
-const lastUuids = new WeakMap<AgentServices['state'], Record<string, string>>();
-
 export function partitionUuids(services: Pick<AgentServices, 'state' | 'log'>): Record<string, string> {
-  const uuids = lastUuids.get(services.state);
+  const uuids = services.state.lastImageUuids;
   if (!uuids) services.log.warn('get_partition_uuids called before any image was written');
   return uuids ?? {};
 }
@@ -80,7 +77,7 @@ async function deployImage(
   const device = await chooseRootDevice(ctx, req.hints);
   // A write that fails may already have changed the disk, so the UUIDs of the image before cannot be trusted;
   // one that fails before writing (a 404, a refusal) forgets them too, which costs nothing.
-  lastUuids.delete(ctx.state);
+  ctx.state.lastImageUuids = null;
   // What the conductor computed (with image_download_source=local it may have converted the image and
   // recomputed its checksum): the first thing to compare when a deploy fails verification.
   const { checksum } = info;
@@ -128,7 +125,7 @@ async function deployImage(
     }
     throw err;
   }
-  lastUuids.set(ctx.state, uuids);
+  ctx.state.lastImageUuids = uuids;
 
   let message = `image (${info.id}) written to device ${device.path} root_uuid=${uuids['root uuid']}`;
   const esp = uuids['efi system partition uuid'];

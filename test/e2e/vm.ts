@@ -6,6 +6,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
+import { until } from '../helpers/until.ts';
 
 const repo = join(import.meta.dirname, '..', '..');
 export const OUT = join(repo, 'image-build', 'out');
@@ -267,18 +268,4 @@ function otherDisks(disks: NonNullable<VmOptions['otherDisks']>): string[] {
   return args;
 }
 
-/** Resolves with the value once `probe` returns one; rejects after `timeoutMs`. */
-export async function until<T>(
-  what: string,
-  probe: () => Promise<T | undefined>,
-  timeoutMs: number,
-  everyMs = 250,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe().catch(() => undefined);
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
-}
+export { until };

@@ -6,6 +6,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { until } from '../helpers/until.ts';
 
 const ipmi = (port: number, ...args: string[]) =>
   spawnSync(
@@ -13,14 +14,6 @@ const ipmi = (port: number, ...args: string[]) =>
     ['-I', 'lanplus', '-H', '127.0.0.1', '-p', String(port), '-U', 'admin', '-P', 'pw', '-L', 'ADMINISTRATOR', ...args],
     { encoding: 'utf8' },
   );
-
-async function until(probe: () => boolean, ms = 10_000) {
-  const end = Date.now() + ms;
-  while (!probe()) {
-    if (Date.now() > end) throw new Error('timed out');
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 describe.each(['bios', 'uefi'] as const)('bmc.py (%s)', (firmware) => {
   it('powers a recorded QEMU command on and off with the boot device Ironic set', async () => {
@@ -45,12 +38,17 @@ describe.each(['bios', 'uefi'] as const)('bmc.py (%s)', (firmware) => {
     let log = '';
     bmc.stdout.on('data', (d: Buffer) => (log += d.toString()));
     try {
-      await until(() => log.includes('listening'));
+      await until('the BMC to listen', () => log.includes('listening'), 10_000, 100);
       expect(ipmi(port, 'chassis', 'power', 'status').stdout).toContain('Chassis Power is off');
       expect(ipmi(port, 'chassis', 'bootdev', 'pxe').status).toBe(0);
       expect(ipmi(port, 'chassis', 'power', 'on').status).toBe(0);
       expect(ipmi(port, 'chassis', 'power', 'status').stdout).toContain('Chassis Power is on');
-      await until(() => readFileSync(join(dir, 'argv'), 'utf8').length > 0);
+      await until(
+        'the recorded QEMU command to start',
+        () => readFileSync(join(dir, 'argv'), 'utf8').length > 0,
+        10_000,
+        100,
+      );
       const first = readFileSync(join(dir, 'argv'), 'utf8');
       if (firmware === 'bios') expect(first).toContain('-boot order=n');
       else
@@ -63,7 +61,12 @@ describe.each(['bios', 'uefi'] as const)('bmc.py (%s)', (firmware) => {
       expect(ipmi(port, 'chassis', 'power', 'status').stdout).toContain('Chassis Power is off');
       expect(ipmi(port, 'chassis', 'bootdev', 'disk', 'options=persistent').status).toBe(0);
       expect(ipmi(port, 'chassis', 'power', 'on').status).toBe(0);
-      await until(() => readFileSync(join(dir, 'argv'), 'utf8').split('\n').filter(Boolean).length === 2);
+      await until(
+        'the recorded QEMU command to start again',
+        () => readFileSync(join(dir, 'argv'), 'utf8').split('\n').filter(Boolean).length === 2,
+        10_000,
+        100,
+      );
       const second = readFileSync(join(dir, 'argv'), 'utf8').split('\n')[1]!;
       if (firmware === 'bios') expect(second).toContain('-boot order=c');
       else
@@ -73,7 +76,7 @@ describe.each(['bios', 'uefi'] as const)('bmc.py (%s)', (firmware) => {
       expect(second).toContain(`path=${dir}/serial-2-hd.log`);
       // a device the BMC cannot boot is refused, not accepted and ignored
       ipmi(port, 'chassis', 'bootdev', 'cdrom');
-      await until(() => log.includes('refused'));
+      await until('the refusal in the log', () => log.includes('refused'), 10_000, 100);
       expect(log).toContain('boot device optical refused');
       expect(ipmi(port, 'chassis', 'bootparam', 'get', '5').stdout).toMatch(/Force Boot from default Hard-Drive/);
       expect(log).toMatch(/power on boot=1 device=network[\s\S]*power off[\s\S]*power on boot=2 device=hd/);

@@ -14,6 +14,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { IronicApi } from './ironic-api.ts';
+import { until } from '../helpers/until.ts';
 
 const repo = join(import.meta.dirname, '..', '..');
 export const HOST = '10.0.2.2';
@@ -36,14 +37,6 @@ export interface Rig {
   serials(): [string, string][];
   ironicUpMs: number;
   stop(): Promise<void>;
-}
-
-async function until(what: string, probe: () => Promise<boolean>, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await probe().catch(() => false))) {
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs / 1000} s`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
 }
 
 export async function startRig(firmware: Firmware, run: string, image: string): Promise<Rig> {

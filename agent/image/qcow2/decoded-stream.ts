@@ -1,12 +1,10 @@
 // A qcow2 image inside gzip, zstd or xz: decoded by the same tools as every compressed image (sniff.ts),
 // but read back by the agent, because the qcow2 reader has to see the image's bytes to place them.
-import { spawn } from 'node:child_process';
-import { mortal } from '../../exec.ts';
-import { assertStarted, decodeFailure, exitOf, failed, feed } from '../sinks/tool-process.ts';
-import { DECODER_TOOL, type Compressed } from '../sniff.ts';
+import { assertStarted, decodeFailure, exitOf, failed, feed, spawnDecoder } from '../sinks/tool-process.ts';
+import type { Compressed } from '../sniff.ts';
 
 export async function* decodedStream(kind: Compressed, compressed: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
-  const child = spawn(...mortal(DECODER_TOOL[kind], ['-dc']), { stdio: ['pipe', 'pipe', 'pipe'] });
+  const child = spawnDecoder(kind, 'pipe');
   const exit = exitOf(child);
   const fed = feed(compressed, child.stdin!, exit);
   // A failed download leaves the decoder waiting for input: stop it, so that its output ends too.

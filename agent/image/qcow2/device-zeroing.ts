@@ -3,8 +3,8 @@
 // ranges. One shell per image takes the ranges on its stdin and runs blkdiscard for each, rather than one tool
 // started per range: starting a process blocks the agent's main thread for its fork and exec (5 to 15 ms
 // each on a busy 2-core machine, docs/qcow2-streaming.md), and the download waits for that thread.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mortal } from '../../exec.ts';
+import type { ChildProcess } from 'node:child_process';
+import { spawnMortal } from '../../exec.ts';
 import { exitOf, reason, type Exit } from '../sinks/tool-process.ts';
 
 // Each range done is echoed, so that a failure leaves only the ranges not done to be written instead.
@@ -46,7 +46,7 @@ export class DeviceZeroing {
   }
 
   private start(): ChildProcess {
-    const child = spawn(...mortal('sh', ['-c', SCRIPT, 'zeroout', this.device]), { stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawnMortal('sh', ['-c', SCRIPT, 'zeroout', this.device], { stdio: ['pipe', 'pipe', 'pipe'] });
     child.stdin?.on('error', () => undefined);
     child.stdout?.setEncoding('utf8').on('data', (text: string) => {
       for (const c of text) if (c === '\n') this.done++;

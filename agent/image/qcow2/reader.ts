@@ -12,7 +12,7 @@ import { refuse, type Qcow2Layout } from './header.ts';
 import { inflateCluster } from './inflate.ts';
 import { needsBuffer, Spool } from './spool.ts';
 
-/** Where the reader's output goes: the device (device-target.ts), or memory in tests. */
+/** Where the reader's output goes: the device (positional-writer.ts), or memory in tests. */
 export interface WriteTarget {
   /**
    * Writes `data` at guest offset `offset`. `data` may be kept until the returned promise resolves, never after:

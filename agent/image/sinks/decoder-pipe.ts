@@ -7,15 +7,15 @@
 // verified, so that a SIGKILLed agent leaves no partition table behind.
 // The agent still sees the decoded head before anything is written: the gate (gates.ts) decodes it with a
 // throwaway decoder and hands it to checkHead.
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { ImageWriteError } from '../../errors.ts';
-import { mortal } from '../../exec.ts';
+import { mortal, spawnMortal } from '../../exec.ts';
 import { INSPECT_HEAD_BYTES } from '../inspect.ts';
-import { DECODER_TOOL, type Compressed } from '../sniff.ts';
+import type { Compressed } from '../sniff.ts';
 import type { DeviceTarget } from './device-target.ts';
 import { HeldBack } from './held-back.ts';
 import type { HeadFacts, Sink, SinkResult } from './sink.ts';
-import { assertStarted, decodeFailure, exitOf, failed, feed, reason, type Exit } from './tool-process.ts';
+import { assertStarted, decodeFailure, exitOf, failed, feed, reason, spawnDecoder, type Exit } from './tool-process.ts';
 
 // The three steps on the decoder's output, each a child with the parent-death signal (the shell's own is no
 // help to them) and waited for in the background, so that a TERM stops the step at once and the shell exits only
@@ -69,11 +69,11 @@ export class DecoderPipe implements Sink {
     const held = new HeldBack(target.device.size);
     const [setpriv] = mortal('true', []);
     const args = [setpriv, device, String(held.headEnd), String(held.tailStart - held.headEnd)];
-    const dd = spawn(...mortal('sh', ['-c', SCRIPT, 'decoded-image', ...args]), {
+    const dd = spawnMortal('sh', ['-c', SCRIPT, 'decoded-image', ...args], {
       stdio: ['pipe', 'pipe', 'pipe'],
       env: { ...process.env, LC_ALL: 'C' },
     });
-    const decoder = spawn(...mortal(DECODER_TOOL[kind], ['-dc']), { stdio: ['pipe', dd.stdin!, 'pipe'] });
+    const decoder = spawnDecoder(kind, dd.stdin!);
     // The decoder holds the pipe's write end now; dd sees the end of its input when the decoder exits.
     dd.stdin!.destroy();
     return new DecoderPipe(kind, target, decoder, dd, held);

@@ -3,12 +3,11 @@
 // write the file (docs/performance.md, "Figures from code comments"). The decoder runs under RLIMIT_FSIZE (prlimit), so
 // the kernel stops it at the bytes the buffer may take, however much a
 // stream would decode to.
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { open, type FileHandle } from 'node:fs/promises';
 import { ImageWriteError, ToolError, errorText } from '../../errors.ts';
-import { mortal } from '../../exec.ts';
 import { DECODER_TOOL, type Compressed } from '../sniff.ts';
-import { assertStarted, decodeFailure, exitOf, failed, feed, reason, type Exit } from './tool-process.ts';
+import { assertStarted, decodeFailure, exitOf, failed, feed, reason, spawnDecoder, type Exit } from './tool-process.ts';
 
 /** Decodes `compressed` into `file` (created or truncated), at most `limit` bytes. */
 export async function decodeToFile(
@@ -27,12 +26,7 @@ export async function decodeToFile(
   let child: ChildProcess | undefined;
   let exit: Promise<Exit> | undefined;
   try {
-    // No core file when the limit stops it (SIGXFSZ dumps core by default); messages in English, for the
-    // ENOSPC check below.
-    child = spawn(...mortal('prlimit', [`--fsize=${limit}`, '--core=0', '--', tool, '-dc']), {
-      stdio: ['pipe', fh.fd, 'pipe'],
-      env: { ...process.env, LC_ALL: 'C' },
-    });
+    child = spawnDecoder(kind, fh.fd, limit);
     // Before any await: a decoder that cannot start exits at once, and its exit must not go unseen.
     exit = exitOf(child);
     await feed(compressed, child.stdin!, exit);

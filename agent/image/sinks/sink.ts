@@ -1,7 +1,7 @@
 // The one interface every destination of an image implements: the block writer (raw bytes onto a device or
 // the buffer file), the decoder pipe (`pigz|zstd|xz -dc | dd` onto a device), the buffer file's decoder
 // and qemu-img (an inspected buffer file onto a device); the streamed qcow2 writer joins them.
-// The data path composes source → tap → sniff → gate → sink (docs/architecture.md); the sink is the only
+// The data path composes source → sniff → tap → gate → sink (docs/architecture.md); the sink is the only
 // stage that touches the target.
 
 /** The device (or file) a sink writes. */

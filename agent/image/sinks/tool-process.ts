@@ -1,8 +1,10 @@
 // A decoding tool (or the dd behind it) run with node:child_process: feeding its stdin, and how it ended
 // (its exit status, the start of its stderr, whether it ran at all).
-import type { ChildProcess } from 'node:child_process';
-import type { Writable } from 'node:stream';
+import type { ChildProcess, StdioPipe } from 'node:child_process';
+import type { Stream, Writable } from 'node:stream';
 import { ImageWriteError, InvalidImage, ToolError } from '../../errors.ts';
+import { spawnMortal } from '../../exec.ts';
+import { DECODER_TOOL, type Compressed } from '../sniff.ts';
 
 export interface Exit {
   code: number | null;
@@ -10,6 +12,25 @@ export interface Exit {
   stderr: string;
   /** The tool never ran (not installed, not executable): a fault of the ramdisk, not of the image. */
   notStarted?: string;
+}
+
+/**
+ * Starts the decoder for `kind` (`pigz`, `zstd` or `xz`, `-dc`): compressed bytes in on its stdin, decoded bytes
+ * out to `stdout`, a pipe the caller reads or a descriptor or stream it writes itself. With `fileSizeLimit` it
+ * runs under prlimit's RLIMIT_FSIZE, so that the kernel stops it there, without a core file (SIGXFSZ dumps core
+ * by default). Messages in English, which the callers' checks (ENOSPC) read.
+ */
+export function spawnDecoder(
+  kind: Compressed,
+  stdout: StdioPipe | number | Stream,
+  fileSizeLimit?: number,
+): ChildProcess {
+  const tool = DECODER_TOOL[kind];
+  const [file, args] =
+    fileSizeLimit === undefined
+      ? [tool, ['-dc']]
+      : ['prlimit', [`--fsize=${fileSizeLimit}`, '--core=0', '--', tool, '-dc']];
+  return spawnMortal(file, args, { stdio: ['pipe', stdout, 'pipe'], env: { ...process.env, LC_ALL: 'C' } });
 }
 
 export function exitOf(child: ChildProcess): Promise<Exit> {
