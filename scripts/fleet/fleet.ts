@@ -6,7 +6,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { closeSync, openSync } from 'node:fs';
-import { appendFile, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { appendFile, mkdir, readdir, readFile, readlink, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { imagePayloadOnDisk, readConfigDrive } from '../../test/ironic/support/disk-checks.ts';
@@ -76,11 +76,23 @@ async function peakRss(pid: number | undefined): Promise<number> {
   return Number(/^VmHWM:\s+(\d+) kB/m.exec(status)?.[1] ?? 0);
 }
 
-/** Memory in use on the machine (MemTotal - MemAvailable), KiB: the wave's cost is its peak above the start. */
-async function memUsedKiB(): Promise<number> {
-  const info = await readFile('/proc/meminfo', 'utf8');
-  const field = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+)`, 'm').exec(info)?.[1] ?? 0);
-  return field('MemTotal') - field('MemAvailable');
+/**
+ * Resident memory of every process in the fleet's namespaces together (MariaDB, nginx, the Ironic daemons and
+ * their workers, the agents, this driver), KiB: the machine is shared, so its own total would count others' work.
+ */
+async function fleetRssKiB(): Promise<number> {
+  const nets = new Set<string>();
+  for (const name of await readdir('/run/netns'))
+    if (name.startsWith(`${NS}-`)) nets.add(`net:[${(await stat(join('/run/netns', name))).ino}]`);
+  let total = 0;
+  for (const pid of await readdir('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    const net = await readlink(`/proc/${pid}/ns/net`).catch(() => '');
+    if (!nets.has(net)) continue;
+    const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+    total += Number(/^VmRSS:\s+(\d+) kB/m.exec(status)?.[1] ?? 0);
+  }
+  return total;
 }
 
 async function startAgent(index: number, bundle: string): Promise<Omit<Agent, 'uuid'>> {
@@ -225,13 +237,19 @@ const mib = (bytes: number) => `${(bytes / MiB).toFixed(1)} MiB`;
 
 async function main(): Promise<number> {
   const tStart = Date.now();
-  const mem0 = await memUsedKiB();
-  let memPeak = mem0;
+  let memPeak = 0;
+  let sampling = false;
   const memTimer = setInterval(() => {
-    void memUsedKiB().then((m) => {
-      memPeak = Math.max(memPeak, m);
-    });
-  }, 1000);
+    if (sampling) return;
+    sampling = true;
+    void fleetRssKiB()
+      .then((m) => {
+        memPeak = Math.max(memPeak, m);
+      })
+      .finally(() => {
+        sampling = false;
+      });
+  }, 2000);
   const agents: Agent[] = [];
   try {
     log(`building the ${IMAGE_MIB} MiB image (qcow2 served by the source at ${SOURCE})`);
@@ -322,6 +340,7 @@ async function main(): Promise<number> {
       else checked++;
     }
     const traffic = await imageServerTraffic(RUN, trafficBefore);
+    const trafficAll = await imageServerTraffic(RUN);
     const undeploy = await driveAll(agents, 'deleted', 'available', () => ({}), 1_800_000);
     failures.push(...undeploy.failures);
     log(`undeploy of ${N}: ${undeploy.outcomes.size} available in ${secs(undeploy.wallMs)}`);
@@ -336,9 +355,10 @@ async function main(): Promise<number> {
       checked,
       owners,
       traffic,
+      trafficAll,
       agents,
       failures,
-      memPeakMiB: (memPeak - mem0) / 1024,
+      memPeakMiB: memPeak / 1024,
       totalMs: Date.now() - tStart,
     });
     process.stdout.write(report);
@@ -360,6 +380,7 @@ function renderReport(r: {
   checked: number;
   owners: Map<string, number>;
   traffic: Traffic[];
+  trafficAll: Traffic[];
   agents: Agent[];
   failures: string[];
   memPeakMiB: number;
@@ -383,15 +404,15 @@ function renderReport(r: {
     `| nodes per conductor | ${[...r.owners].map(([c, n]) => `${c}: ${n}`).join(', ')} |`,
     `| wave undeploy (metadata cleaning): wall / median / worst | ${secs(r.undeploy.wallMs)} / ${secs(median(undeployTimes))} / ${secs(Math.max(0, ...undeployTimes))} |`,
     `| agents' peak RSS (VmHWM): median / worst | ${median(rss).toFixed(1)} MiB / ${Math.max(0, ...rss).toFixed(1)} MiB |`,
-    `| machine memory in use, peak above the start | ${r.memPeakMiB.toFixed(0)} MiB |`,
+    `| all fleet processes' RSS together, peak (2 s samples) | ${r.memPeakMiB.toFixed(0)} MiB |`,
     `| the whole wave (start to report) | ${secs(r.totalMs)} |`,
     `| failures | ${r.failures.length} |`,
     '',
-    '| image server (wave deploy) | requests | ranged | bytes sent | per node | restarts from zero |',
-    '| --- | --- | --- | --- | --- | --- |',
+    '| image server | wave deploy: requests | ranged | bytes sent | per node | restarts from zero | whole run: bytes sent |',
+    '| --- | --- | --- | --- | --- | --- | --- |',
     ...r.traffic.map(
       (t) =>
-        `| ${t.server} | ${t.requests} | ${t.ranged} | ${mib(t.bytes)} | ${t.perNode.map(mib).join(', ') || '-'} | ${t.restarts} |`,
+        `| ${t.server} | ${t.requests} | ${t.ranged} | ${mib(t.bytes)} | ${t.perNode.map(mib).join(', ') || '-'} | ${t.restarts} | ${mib(r.trafficAll.find((a) => a.server === t.server)?.bytes ?? 0)} |`,
     ),
     '',
     ...r.failures.map((f) => `FAILURE ${f}`),

@@ -31,7 +31,9 @@ fleet_net_up() {
 
 # Ends every process in the fleet's namespaces (TERM, then KILL), then deletes the namespaces.
 fleet_net_down() {
-  local ns pids
+  # best effort to the end: a process or namespace already gone is no error
+  local - ns pids
+  set +e
   mapfile -t all < <(ip netns list | awk -v p="$FLEET_NS-" 'index($1, p) == 1 {print $1}')
   for ns in "${all[@]}"; do
     pids=$(ip netns pids "$ns" 2>/dev/null || true)

@@ -27,15 +27,29 @@ export RUN FLEET_NS
 # shellcheck source=stack.sh
 . "$HERE/stack.sh"
 
+# Detaches the loop devices fleet.ts recorded ("DEV FILE" lines) that it did not detach itself: only a device
+# still backed by that file, since a number freed may have been taken by another program since.
+fleet_loops_down() {
+  local dev file
+  [ -f "$RUN/loops" ] || return 0
+  while read -r dev file; do
+    if [ "$(losetup -n -O BACK-FILE "$dev" 2>/dev/null | sed 's/ *$//')" = "$file" ]; then
+      losetup -d "$dev" || echo "fleet: could not detach $dev ($file)" >&2
+    fi
+    case "$file" in /tmp/ina-loop-*/disk.img) rm -rf "${file%/disk.img}" ;; esac
+  done < "$RUN/loops"
+  rm -f "$RUN/loops"
+}
+
 cleanup() {
   local rc=$?
   set +e
   fleet_net_down
-  if [ -f "$RUN/loops" ]; then
-    while read -r dev file; do losetup -d "$dev" 2>/dev/null; case "$file" in /tmp/ina-loop-*/disk.img) rm -rf "${file%/disk.img}";; esac; done < "$RUN/loops"
-  fi
+  fleet_loops_down
   if [ -n "${FLEET_KEEP:-}" ]; then echo "fleet: run directory kept: $RUN" >&2; else rm -rf "$RUN"; fi
   echo "fleet: namespaces $FLEET_NS-*, their processes and loop devices removed" >&2
+  # the verdict is the last line
+  if [ "$rc" = 0 ]; then echo "fleet: PASS" >&2; else echo "fleet: FAIL (exit $rc)" >&2; fi
   exit $rc
 }
 trap cleanup EXIT
@@ -78,15 +92,13 @@ for force_raw in $WAVES; do
   wave_up "$force_raw"
   # in the background and waited for, so that a TERM or INT reaches the trap at once (cleanup ends the driver)
   FLEET_FORCE_RAW=$force_raw ip netns exec "$(fleet_ns ctl)" scripts/node.sh --import tsx "$HERE/fleet.ts" &
-  wait $! || status=1
+  rc=0; wait $! || rc=$?
+  echo "fleet: wave force_raw_images=$force_raw: driver exit $rc" >&2
+  [ "$rc" = 0 ] || status=1
   [ "$status" = 0 ] || break
   fleet_net_down
-  if [ -f "$RUN/loops" ]; then
-    while read -r dev file; do losetup -d "$dev" 2>/dev/null; case "$file" in /tmp/ina-loop-*/disk.img) rm -rf "${file%/disk.img}";; esac; done < "$RUN/loops"
-    rm -f "$RUN/loops"
-  fi
+  fleet_loops_down
   # a fresh database and fresh conductors for the next wave
   rm -rf "$RUN/mariadb" "$RUN"/fleet-* "$RUN"/nginx-* "$RUN/agents"
 done
-if [ "$status" = 0 ]; then echo "fleet: PASS" >&2; else echo "fleet: FAIL" >&2; fi
 exit $status
