@@ -14,6 +14,7 @@ import type { BuiltImage } from '../../test/ironic/support/images.ts';
 import { attachLoop, detachLoop, MiB, type LoopDevice } from '../../test/helpers/loop.ts';
 import { makeDiskImage, toQcow2 } from '../../test/helpers/make-image.ts';
 import { shippedLaunch } from '../lib/shipped-launch.ts';
+import { conductorLoss, type LossOutcome } from './conductor-loss.ts';
 import { IronicRest, type FleetNode } from './ironic-rest.ts';
 import { imageServerTraffic, type Traffic } from './traffic.ts';
 
@@ -27,6 +28,8 @@ const DISK_BYTES = 256 * MiB;
 const API = 'http://10.47.0.10:6385';
 const SOURCE = 'http://10.47.0.10:8080';
 const CONDUCTORS = ['fleet-c1', 'fleet-c2'];
+/** FLEET_FAULTS: faults to inject after the wave (conductor-loss). */
+const FAULTS = (process.env.FLEET_FAULTS ?? '').split(/[\s,]+/).filter(Boolean);
 
 function must(name: string): string {
   const v = process.env[name];
@@ -346,7 +349,27 @@ async function main(): Promise<number> {
     log(`undeploy of ${N}: ${undeploy.outcomes.size} available in ${secs(undeploy.wallMs)}`);
     for (const a of agents) a.peakRssKiB = Math.max(a.peakRssKiB, await peakRss(a.child.pid));
 
+    let loss: LossOutcome | undefined;
+    if (FAULTS.includes('conductor-loss')) {
+      const byUuid = new Map(agents.map((a) => [a.uuid, a]));
+      loss = await conductorLoss({
+        ironic,
+        run: RUN,
+        uuids: agents.map((a) => a.uuid),
+        victim: CONDUCTORS[1]!,
+        survivor: CONDUCTORS[0]!,
+        deployArgs: (uuid) => deployArgs(byUuid.get(uuid)!),
+        prepare: (uuid) => ironic.patch(uuid, instanceInfo),
+        log,
+      });
+      failures.push(...loss.failures);
+      const after = await driveAll(agents, 'deleted', 'available', () => ({}), 1_800_000);
+      failures.push(...after.failures);
+      log(`conductor loss: undeploy by the survivor: ${after.outcomes.size} available in ${secs(after.wallMs)}`);
+    }
+
     const report = renderReport({
+      loss,
       image,
       alone: alone.outcomes.get(first.uuid)?.ms ?? Number.NaN,
       aloneUndeploy: aloneUndeploy.wallMs,
@@ -372,6 +395,7 @@ async function main(): Promise<number> {
 }
 
 function renderReport(r: {
+  loss: LossOutcome | undefined;
   image: Awaited<ReturnType<typeof buildImage>>;
   alone: number;
   aloneUndeploy: number;
@@ -415,6 +439,15 @@ function renderReport(r: {
         `| ${t.server} | ${t.requests} | ${t.ranged} | ${mib(t.bytes)} | ${t.perNode.map(mib).join(', ') || '-'} | ${t.restarts} | ${mib(r.trafficAll.find((a) => a.server === t.server)?.bytes ?? 0)} |`,
     ),
     '',
+    ...(r.loss
+      ? [
+          `Conductor loss: ${r.loss.killed} killed (SIGKILL) holding ${r.loss.orphaned} node(s) mid-deploy; ` +
+            `its nodes taken over after ${r.loss.takeoverS.toFixed(0)} s; ${r.loss.activeDirectly} node(s) ended active ` +
+            `directly, ${r.loss.deployFailed.length} in deploy failed, ${r.loss.redeployed} of those redeployed to active.`,
+          ...[...new Set(r.loss.deployFailed.map((f) => f.error))].map((e) => `- deploy failed with: ${e}`),
+          '',
+        ]
+      : []),
     ...r.failures.map((f) => `FAILURE ${f}`),
     '',
   ];

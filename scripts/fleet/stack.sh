@@ -58,7 +58,9 @@ EOF
 
 # fleet_ironic_conf NAME IP FORCE_RAW: scripts/ironic-sid/ironic.conf.in for one daemon of the fleet: its
 # own state under $RUN/NAME, host NAME, its own address, MariaDB, the conductors' images from their own
-# HTTP server (image_download_source=local), metadata-only cleaning.
+# HTTP server (image_download_source=local), metadata-only cleaning (erase_devices_metadata, as operators with
+# many nodes run it), and a conductor declared dead 20 s after its last heartbeat (default 60) so that the other
+# takes its nodes over within the fault run.
 fleet_ironic_conf() {
   local name=$1 ip=$2 force_raw=$3 dir=$RUN/$1
   mkdir -p "$dir"/{log,state,tmp,locks,deploy-logs,httpboot,certificates}
@@ -71,13 +73,9 @@ fleet_ironic_conf() {
     -e "s#^connection = .*#connection = mysql+pymysql://ironic:fleet@$API_IP:$DB_PORT/ironic#" \
     -e "s#^endpoint_override = .*#endpoint_override = http://$API_IP:$API_PORT#" \
     -e "s#^command_timeout = .*#command_timeout = 120#" \
+    -e "s#^\[deploy\]#[deploy]\nerase_devices_priority = 0\nerase_devices_metadata_priority = 10#" \
+    -e "s#^\[conductor\]#[conductor]\nheartbeat_interval = 5\nheartbeat_timeout = 20#" \
     "$SID/ironic.conf.in" > "$dir/ironic.conf"
-  # metadata cleaning only (the agent's erase_devices_metadata), as operators with many nodes run it
-  cat >> "$dir/ironic.conf" <<EOF
-[deploy]
-erase_devices_priority = 0
-erase_devices_metadata_priority = 10
-EOF
 }
 
 # fleet_ironic_up NAME NS DAEMON: DAEMON (ironic-api or ironic-conductor) with $RUN/NAME/ironic.conf in

@@ -40,7 +40,8 @@ export async function imageServerTraffic(run: string, since?: Traffic[] & { mark
     let bytes = 0;
     for (const line of fresh) {
       const m = LINE.exec(line);
-      if (!m || m[2] !== 'GET') continue;
+      if (!m) continue;
+      if (m[2] !== 'GET') continue;
       requests++;
       const sent = Number(m[5]);
       bytes += sent;
