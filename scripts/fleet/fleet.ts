@@ -236,6 +236,13 @@ const median = (xs: number[]) => {
   return s.length === 0 ? 0 : s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
 const secs = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+/** "N x 64.0 MiB", or "N files, 33.1-64.0 MiB each" when they differ. */
+const perFile = (bytes: number[]) => {
+  if (bytes.length === 0) return '-';
+  const lo = Math.min(...bytes);
+  const hi = Math.max(...bytes);
+  return lo === hi ? `${bytes.length} x ${mib(lo)}` : `${bytes.length} files, ${mib(lo)}-${mib(hi)} each`;
+};
 const mib = (bytes: number) => `${(bytes / MiB).toFixed(1)} MiB`;
 
 async function main(): Promise<number> {
@@ -432,11 +439,11 @@ function renderReport(r: {
     `| the whole wave (start to report) | ${secs(r.totalMs)} |`,
     `| failures | ${r.failures.length} |`,
     '',
-    '| image server | wave deploy: requests | ranged | bytes sent | per node | restarts from zero | whole run: bytes sent |',
+    '| image server | wave deploy: requests | ranged | bytes sent | per file asked for | restarts from zero | whole run: bytes sent |',
     '| --- | --- | --- | --- | --- | --- | --- |',
     ...r.traffic.map(
       (t) =>
-        `| ${t.server} | ${t.requests} | ${t.ranged} | ${mib(t.bytes)} | ${t.perNode.map(mib).join(', ') || '-'} | ${t.restarts} | ${mib(r.trafficAll.find((a) => a.server === t.server)?.bytes ?? 0)} |`,
+        `| ${t.server} | ${t.requests} | ${t.ranged} | ${mib(t.bytes)} | ${perFile(t.perNode)} | ${t.restarts} | ${mib(r.trafficAll.find((a) => a.server === t.server)?.bytes ?? 0)} |`,
     ),
     '',
     ...(r.loss

@@ -7,8 +7,9 @@
 # with its own MAC and loop device), enrolls, deploys and undeploys them, and prints the wave's report. On any
 # exit, every process in the namespaces is ended, the namespaces deleted, the loop devices fleet.ts recorded
 # detached and the run directory removed (FLEET_KEEP=1 keeps the directory, for its logs).
-# Env: FLEET_NODES (default 4), FLEET_WAVES (default "true false": the force_raw_images of each wave),
-#      FLEET_IMAGE_MIB (default 64), FLEET_REPORT (a file the report is also appended to).
+# Env: FLEET_NODES (default 24), FLEET_WAVES (default "true false": the force_raw_images of each wave),
+#      FLEET_FAULTS (default conductor-loss, after the last wave; empty for none), FLEET_IMAGE_MIB (default 64),
+#      FLEET_REPORT (a file the report is also appended to).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -17,7 +18,7 @@ cd "$REPO"
 [ "$(id -u)" = 0 ] || { echo "fleet: needs root (namespaces, loop devices, the chroot)" >&2; exit 1; }
 bash scripts/ensure-deps.sh fleet
 ROOT=$(bash "$SID/ensure-chroot.sh")
-export FLEET_NODES=${FLEET_NODES:-4}
+export FLEET_NODES=${FLEET_NODES:-24}
 WAVES=${FLEET_WAVES:-true false}
 FLEET_NS="inafl$$"
 RUN=$(mktemp -d /tmp/ina-fleet-XXXXXX)
@@ -91,7 +92,9 @@ for force_raw in $WAVES; do
   : > "$RUN/pids"
   wave_up "$force_raw"
   # in the background and waited for, so that a TERM or INT reaches the trap at once (cleanup ends the driver)
-  FLEET_FORCE_RAW=$force_raw ip netns exec "$(fleet_ns ctl)" scripts/node.sh --import tsx "$HERE/fleet.ts" &
+  # the faults after the last wave only
+  faults=""; [ "$force_raw" = "${WAVES##* }" ] && faults=${FLEET_FAULTS-conductor-loss}
+  FLEET_FAULTS=$faults FLEET_FORCE_RAW=$force_raw ip netns exec "$(fleet_ns ctl)" scripts/node.sh --import tsx "$HERE/fleet.ts" &
   rc=0; wait $! || rc=$?
   echo "fleet: wave force_raw_images=$force_raw: driver exit $rc" >&2
   [ "$rc" = 0 ] || status=1
@@ -99,6 +102,6 @@ for force_raw in $WAVES; do
   fleet_net_down
   fleet_loops_down
   # a fresh database and fresh conductors for the next wave
-  rm -rf "$RUN/mariadb" "$RUN"/fleet-* "$RUN"/nginx-* "$RUN/agents"
+  rm -rf "$RUN/mariadb" "$RUN"/fleet-* "$RUN"/nginx-* "$RUN/agents" "$RUN/source"
 done
 exit $status
