@@ -1,4 +1,4 @@
-// The conductor-loss fault: every node deploying at once, one conductor killed (SIGKILL to its PID namespace's
+// The conductor-loss fault: every node deploying at once, one conductor (the one holding more nodes) killed (SIGKILL to its PID namespace's
 // init, as a machine that goes down) while its nodes are mid-deploy. Ironic's outcome: once the dead conductor's
 // heartbeat is older than [conductor]heartbeat_timeout, the other takes its nodes over (the hash ring drops it and
 // the API routes the agents' heartbeats to the survivor); a node it was actively working on goes to `deploy failed`
@@ -11,6 +11,7 @@ import type { IronicRest } from './ironic-rest.ts';
 
 export interface LossOutcome {
   killed: string;
+  survivor: string;
   /** Nodes the killed conductor held when it died. */
   orphaned: number;
   /** Seconds from the kill until no node names the dead conductor any more. */
@@ -31,30 +32,44 @@ async function killConductor(run: string, name: string): Promise<void> {
   process.kill(pid, 'SIGKILL');
 }
 
+/** Ironic 39 records a take-over abort in the node's history, not in last_error. */
+async function lastHistoryError(ironic: IronicRest, uuid: string): Promise<string | null> {
+  const { history } = await ironic.call<{ history: { event: string; severity: string }[] }>(
+    'GET',
+    `/v1/nodes/${uuid}/history?detail=true`,
+  );
+  const errors = history.filter((h) => h.severity === 'ERROR');
+  return errors.length > 0 ? `(node history) ${errors.at(-1)!.event}` : null;
+}
+
 export async function conductorLoss(opts: {
   ironic: IronicRest;
   run: string;
   uuids: string[];
-  victim: string;
-  survivor: string;
+  /** The two conductors: the one holding more nodes mid-deploy is killed. */
+  conductors: [string, string];
   deployArgs: (uuid: string) => Record<string, unknown>;
   prepare: (uuid: string) => Promise<void>;
   log: (msg: string) => void;
 }): Promise<LossOutcome> {
-  const { ironic, uuids, victim, survivor, log } = opts;
+  const { ironic, uuids, log } = opts;
+  let [victim, survivor] = opts.conductors;
   const failures: string[] = [];
   for (const uuid of uuids) await opts.prepare(uuid);
   for (const uuid of uuids) await ironic.provision(uuid, 'active', opts.deployArgs(uuid));
-  // mid-deploy: every node has left `available` and the victim holds some of them
+  // mid-deploy: every node has left `available`; the victim is the conductor holding more of those not yet active
   const deadline = Date.now() + 300_000;
   let held: string[] = [];
   for (;;) {
     const nodes = await Promise.all(uuids.map((u) => ironic.node(u)));
-    held = nodes.filter((n) => n.conductor === victim && n.provision_state !== 'active').map((n) => n.uuid);
+    const busy = (c: string) =>
+      nodes.filter((n) => n.conductor === c && n.provision_state !== 'active').map((n) => n.uuid);
+    if (busy(survivor).length > busy(victim).length) [victim, survivor] = [survivor, victim];
+    held = busy(victim);
     const started = nodes.every((n) => n.provision_state !== 'available');
     if (started && held.length > 0) break;
     if (nodes.every((n) => n.provision_state === 'active') || Date.now() > deadline)
-      throw new Error(`conductor loss: ${victim} never held a node mid-deploy`);
+      throw new Error('conductor loss: no conductor held a node mid-deploy');
     await sleep(500);
   }
   log(`conductor loss: killing ${victim}, which holds ${held.length} node(s) mid-deploy`);
@@ -74,7 +89,11 @@ export async function conductorLoss(opts: {
       if (n.provision_state === 'active' && n.target_provision_state === null)
         settled.set(uuid, { state: 'active', error: null, name: n.name });
       else if (n.provision_state === 'deploy failed')
-        settled.set(uuid, { state: 'deploy failed', error: n.last_error, name: n.name });
+        settled.set(uuid, {
+          state: 'deploy failed',
+          error: n.last_error ?? (await lastHistoryError(ironic, uuid)),
+          name: n.name,
+        });
       else if (/failed$|^error$/.test(n.provision_state))
         settled.set(uuid, { state: n.provision_state, error: n.last_error, name: n.name });
     }
@@ -112,6 +131,7 @@ export async function conductorLoss(opts: {
   }
   return {
     killed: victim,
+    survivor,
     orphaned: held.length,
     takeoverS,
     activeDirectly: settled.size - failed.length,

@@ -15,6 +15,7 @@ import { attachLoop, detachLoop, MiB, type LoopDevice } from '../../test/helpers
 import { makeDiskImage, toQcow2 } from '../../test/helpers/make-image.ts';
 import { shippedLaunch } from '../lib/shipped-launch.ts';
 import { conductorLoss, type LossOutcome } from './conductor-loss.ts';
+import { heartbeats, type Heartbeats } from './heartbeats.ts';
 import { IronicRest, type FleetNode } from './ironic-rest.ts';
 import { imageServerTraffic, type Traffic } from './traffic.ts';
 
@@ -363,8 +364,7 @@ async function main(): Promise<number> {
         ironic,
         run: RUN,
         uuids: agents.map((a) => a.uuid),
-        victim: CONDUCTORS[1]!,
-        survivor: CONDUCTORS[0]!,
+        conductors: [CONDUCTORS[0]!, CONDUCTORS[1]!],
         deployArgs: (uuid) => deployArgs(byUuid.get(uuid)!),
         prepare: (uuid) => ironic.patch(uuid, instanceInfo),
         log,
@@ -376,6 +376,7 @@ async function main(): Promise<number> {
     }
 
     const report = renderReport({
+      beats: await heartbeats(RUN),
       loss,
       image,
       alone: alone.outcomes.get(first.uuid)?.ms ?? Number.NaN,
@@ -402,6 +403,7 @@ async function main(): Promise<number> {
 }
 
 function renderReport(r: {
+  beats: Heartbeats;
   loss: LossOutcome | undefined;
   image: Awaited<ReturnType<typeof buildImage>>;
   alone: number;
@@ -437,6 +439,10 @@ function renderReport(r: {
     `| agents' peak RSS (VmHWM): median / worst | ${median(rss).toFixed(1)} MiB / ${Math.max(0, ...rss).toFixed(1)} MiB |`,
     `| all fleet processes' RSS together, peak (2 s samples) | ${r.memPeakMiB.toFixed(0)} MiB |`,
     `| the whole wave (start to report) | ${secs(r.totalMs)} |`,
+    `| heartbeats the API answered, by status (whole wave) | ${Object.entries(r.beats.byStatus)
+      .map(([k, v]) => `${k}: ${v}`)
+      .join(', ')} |`,
+    `| agents' log: heartbeat conflicts (409, retried) / other heartbeat failures | ${r.beats.agentConflicts} / ${r.beats.agentFailures} |`,
     `| failures | ${r.failures.length} |`,
     '',
     '| image server | wave deploy: requests | ranged | bytes sent | per file asked for | restarts from zero | whole run: bytes sent |',
@@ -449,7 +455,7 @@ function renderReport(r: {
     ...(r.loss
       ? [
           `Conductor loss: ${r.loss.killed} killed (SIGKILL) holding ${r.loss.orphaned} node(s) mid-deploy; ` +
-            `its nodes taken over after ${r.loss.takeoverS.toFixed(0)} s; ${r.loss.activeDirectly} node(s) ended active ` +
+            `its nodes taken over by ${r.loss.survivor} after ${r.loss.takeoverS.toFixed(0)} s; ${r.loss.activeDirectly} node(s) ended active ` +
             `directly, ${r.loss.deployFailed.length} in deploy failed, ${r.loss.redeployed} of those redeployed to active.`,
           ...[...new Set(r.loss.deployFailed.map((f) => f.error))].map((e) => `- deploy failed with: ${e}`),
           '',
