@@ -101,7 +101,11 @@ for force_raw in $WAVES; do
   [ "$status" = 0 ] || break
   fleet_net_down
   fleet_loops_down
-  # a fresh database and fresh conductors for the next wave
+  # a fresh database and fresh conductors for the next wave (FLEET_KEEP: this wave's logs kept in wave-<force_raw>)
+  if [ -n "${FLEET_KEEP:-}" ]; then
+    mkdir -p "$RUN/wave-$force_raw"
+    mv "$RUN"/fleet-* "$RUN"/nginx-* "$RUN/agents" "$RUN/wave-$force_raw/"
+  fi
   rm -rf "$RUN/mariadb" "$RUN"/fleet-* "$RUN"/nginx-* "$RUN/agents" "$RUN/source"
 done
 exit $status
