@@ -2,7 +2,7 @@
 # Installs what the agent, its tests, its demo and its bench need, when missing: npm packages and Debian tools.
 # With `vm`, also what building the ramdisk and booting it under QEMU need (QEMU, OVMF and binutils: about 90 MB
 # installed before their libraries, which the demo, the unit tests and the bench never use). With `bench`, also
-# the bench's image server.
+# the bench's image server; with `fleet`, MariaDB and nginx.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +37,9 @@ declare -A tools=(
 # The bench's image server (scripts/bench.ts; BENCH_SERVER=node takes the tests' Node helper instead);
 # nginx-light starts no service here.
 [ "${1:-}" = bench ] && [ "${BENCH_SERVER:-nginx}" = nginx ] && tools+=([nginx]=nginx-light)
+# The fleet (scripts/fleet/run.sh): MariaDB as the conductors' shared database and nginx as each conductor's
+# HTTP server; both started by the harness itself (the packages' services do not start here).
+[ "${1:-}" = fleet ] && tools+=([nginx]=nginx-light [mariadbd]=mariadb-server [mariadb-install-db]=mariadb-server)
 # file -> Debian package, for packages that bring no command
 # The LLDP tests' switch side builds its frames with scapy's LLDP layers (test/helpers/lldp-send.py).
 declare -A files=([/usr/include/stdlib.h]=libc6-dev [/usr/lib/python3/dist-packages/scapy/contrib/lldp.py]=python3-scapy)
