@@ -1,6 +1,10 @@
 // target_raid_config validation and the holders' layout, as pure functions: every refusal IPA makes (and the
 // ones the agent adds: sizes, too few disks, a layout that does not fit), and the layout IPA builds.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { blockDevicesFrom, ipaView, mergeLsblk } from '../agent/disk/block-devices.ts';
 import { SoftwareRAIDError } from '../agent/errors.ts';
 import { validateRaidConfig, wantsSoftwareRaid, type LogicalDisk } from '../agent/disk/raid-config.ts';
 import {
@@ -348,5 +352,46 @@ describe('planRaid', () => {
         '2048s',
       ),
     ).not.toThrow();
+  });
+});
+
+describe('md arrays in the disk list', () => {
+  const row = (kname: string, type: string, size: number) => ({
+    kname,
+    path: `/dev/${kname}`,
+    size,
+    model: null,
+    vendor: null,
+    serial: null,
+    wwn: null,
+    rota: false,
+    hctl: null,
+    'log-sec': 512,
+    'phy-sec': 512,
+    type,
+    tran: null,
+    ro: false,
+  });
+
+  it('lsblk -d leaves arrays out; named, they are merged in and listed as disks IPA would see (TYPE raid*)', async () => {
+    const disks = JSON.stringify({ blockdevices: [row('vda', 'disk', 3 * GiB), row('vdb', 'disk', 3 * GiB)] });
+    const arrays = JSON.stringify({
+      blockdevices: [row('md0', 'raid1', GiB - 2 * 2 ** 20), row('md1', 'raid0', 4 * GiB)],
+    });
+    const merged = mergeLsblk(disks, arrays);
+    const sys = await mkdtemp(join(tmpdir(), 'ina-sys-'));
+    try {
+      const list = await blockDevicesFrom(merged, new Set(), sys);
+      expect(list.map((d) => [d.path, d.type])).toEqual([
+        ['/dev/vda', 'disk'],
+        ['/dev/vdb', 'disk'],
+        ['/dev/md0', 'raid1'],
+        ['/dev/md1', 'raid0'],
+      ]);
+      expect(ipaView(list[2]!)).toMatchObject({ name: '/dev/md0', size: GiB - 2 * 2 ** 20, serial: null, wwn: null });
+    } finally {
+      await rm(sys, { recursive: true, force: true });
+    }
+    expect(() => mergeLsblk(disks, 'not json')).toThrow(/not JSON/);
   });
 });
