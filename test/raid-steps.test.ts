@@ -179,8 +179,17 @@ describe('software RAID steps', () => {
     expect([await digest(a), await digest(b)]).toEqual(before);
   });
 
-  it('a config for other controllers builds nothing and returns {}', async () => {
+  it('a config for other controllers: create_configuration builds nothing and returns {}, apply_configuration refuses it', async () => {
     await withAgentOn([a, b], {}, async (c) => {
+      const applied = await deploy(
+        c,
+        { raid_config: { logical_disks: [{ controller: 'hw', raid_level: '1', size_gb: 1 }] } },
+        node(undefined),
+      );
+      expect(applied.command_error).toMatchObject({
+        type: 'SoftwareRAIDError',
+        details: expect.stringContaining("requires all logical disks to have 'controller'='software'"),
+      });
       const r = await clean(
         c,
         'create_configuration',

@@ -124,13 +124,18 @@ async function ramdiskBootMode(): Promise<BootMode> {
 
 /**
  * Validates `config` against the disks there are, picks the holders and plans the layout: everything
- * that can refuse, with no disk touched. Null when the config asks for no software RAID.
+ * that can refuse, with no disk touched. Null when there is nothing to build. `lenient` is the clean step's
+ * way (IPA's create_configuration): a config naming only other controllers is none of the agent's business
+ * and builds nothing; apply_configuration validates whatever it is given, so such a config is refused.
  */
-export async function planFor(ctx: TaskContext, config: unknown, node: unknown): Promise<RaidPlan | null> {
-  if (!wantsSoftwareRaid(config)) {
-    // A config naming only other controllers is none of the agent's business; one mixing them is refused.
-    if (isObject(config) && Array.isArray(config.logical_disks) && config.logical_disks.length > 0) return null;
-  }
+export async function planFor(
+  ctx: TaskContext,
+  config: unknown,
+  node: unknown,
+  how: 'lenient' | 'strict',
+): Promise<RaidPlan | null> {
+  const listed = isObject(config) && Array.isArray(config.logical_disks) && config.logical_disks.length > 0;
+  if (how === 'lenient' && listed && !wantsSoftwareRaid(config)) return null;
   const disks = await raidDisks(ctx);
   const logical = validateRaidConfig(config, {
     nodeUuid: nodeUuid(node),

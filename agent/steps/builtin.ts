@@ -73,7 +73,8 @@ export const BUILTIN_STEPS: readonly StepDescriptor[] = [
   ),
   step(
     'apply_configuration',
-    { interface: 'raid', phases: { deploy: 0, service: 0 }, abortable: true, argsinfo: APPLY_CONFIGURATION_ARGSINFO },
+    // IPA lists it without `abortable`: no phase may abort it half-way through building arrays.
+    { interface: 'raid', phases: { deploy: 0, service: 0 }, abortable: false, argsinfo: APPLY_CONFIGURATION_ARGSINFO },
     applyConfigurationStep,
   ),
   step(

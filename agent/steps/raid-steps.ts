@@ -16,9 +16,14 @@ export const APPLY_CONFIGURATION_ARGSINFO: ArgsInfo = {
   },
 };
 
-/** Builds `config` (validated and planned first); returns it, or {} when it asks for no software RAID. */
-async function build(ctx: StepContext, config: unknown, deleteFirst: boolean): Promise<unknown> {
-  const plan = await planFor(ctx, config, ctx.node);
+/** Builds `config` (validated and planned first); returns it, or {} when there is nothing to build. */
+async function build(
+  ctx: StepContext,
+  config: unknown,
+  how: 'lenient' | 'strict',
+  deleteFirst: boolean,
+): Promise<unknown> {
+  const plan = await planFor(ctx, config, ctx.node, how);
   if (!plan) {
     ctx.log.info('the RAID config asks for no software RAID: nothing to build');
     return {};
@@ -30,7 +35,7 @@ async function build(ctx: StepContext, config: unknown, deleteFirst: boolean): P
 
 export async function createConfigurationStep(_args: unknown, ctx: StepContext): Promise<unknown> {
   const node = ctx.node;
-  return build(ctx, isObject(node) ? node.target_raid_config : undefined, false);
+  return build(ctx, isObject(node) ? node.target_raid_config : undefined, 'lenient', false);
 }
 
 export async function deleteConfigurationStep(_args: unknown, ctx: StepContext): Promise<unknown> {
@@ -54,5 +59,5 @@ export async function applyConfigurationStep(
       `delete_existing must be a boolean, got ${JSON.stringify(args.delete_existing)}`,
     );
   }
-  return build(ctx, args.raid_config, deleteExisting);
+  return build(ctx, args.raid_config, 'strict', deleteExisting);
 }
