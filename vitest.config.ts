@@ -38,6 +38,7 @@ const DEVICE = [
   'test/robust-body-limit.test.ts',
   'test/robust-buffers.test.ts',
   'test/qcow2-device.test.ts',
+  'test/raid-steps.test.ts',
   'test/qcow2-hostile.test.ts',
   'test/robust-cancel.test.ts',
   'test/robust-configdrive-room.test.ts',

@@ -156,6 +156,10 @@ export class ServicingError extends AgentError {
 export class BlockDeviceError extends AgentError {
   static override summary = 'Block device caused unknown error';
 }
+/** IPA's error for every software RAID refusal and failure (validation, holders, mdadm). */
+export class SoftwareRAIDError extends AgentError {
+  static override summary = 'Software RAID caused unknown error';
+}
 export class BlockDeviceEraseError extends AgentError {
   static override summary = 'Error erasing block device';
 }

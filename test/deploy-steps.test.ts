@@ -134,13 +134,14 @@ describe('deploy steps on a loop device', () => {
     expect(r.command_error).toBeNull();
   }
 
-  it('advertises erase_devices_metadata, clean_uefi_nvram, write_image and inject_files at priority 0', async () => {
+  it('advertises erase_devices_metadata, clean_uefi_nvram, write_image, apply_configuration and inject_files at priority 0', async () => {
     const r = await runToEnd(agent.url, 'deploy.get_deploy_steps', { node: {}, ports: [] });
     const list = r.command_result.deploy_steps.GenericHardwareManager as { step: string; priority: number }[];
     expect(list.map((s) => [s.step, s.priority])).toEqual([
       ['erase_devices_metadata', 0],
       ['clean_uefi_nvram', 0],
       ['write_image', 0],
+      ['apply_configuration', 0],
       ['inject_files', 0],
     ]);
     // Not required, as in IPA: the files may come from the node's inject_files property alone, and Ironic refuses

@@ -8,7 +8,8 @@ import type { Logger } from '../log.ts';
 import { MIN_ROOT_DISK_BYTES } from './root-device.ts';
 import { BlockDeviceError } from '../errors.ts';
 import { run } from '../exec.ts';
-import { readSys } from '../host/sysfs.ts';
+import { listSys, readSys } from '../host/sysfs.ts';
+import type { Logger } from '../log.ts';
 import { sysByPath, sysHctl, sysIdentity, SYS_BLOCK } from './sysfs.ts';
 
 export interface BlockDevice {
@@ -115,10 +116,29 @@ async function complete(row: LsblkRow, sysBlock: string): Promise<BlockDevice> {
   };
 }
 
-/** Whole disks (and allow-listed loop devices), in lsblk order. */
+/** Whole disks and md arrays (and allow-listed loop devices), in lsblk order. */
 export async function listBlockDevices(services: Pick<AgentServices, 'config' | 'log'>): Promise<BlockDevice[]> {
-  const { stdout } = await run('lsblk', LSBLK_ARGS, { log: services.log, query: true });
-  return blockDevicesFrom(stdout, await allowlistedNames(services.config.disks.allowlist));
+  return blockDevicesFrom(await lsblkDisks(services.log), await allowlistedNames(services.config.disks.allowlist));
+}
+
+/**
+ * lsblk's JSON for the disk list, md arrays included: `lsblk -d` leaves out every device stacked on others (an
+ * md array is printed only as a child of its members), but prints one named on its command line.
+ */
+export async function lsblkDisks(log?: Logger, sysBlock = SYS_BLOCK): Promise<string> {
+  const { stdout } = await run('lsblk', LSBLK_ARGS, { log, query: true });
+  const arrays = (await listSys(sysBlock)).filter((n) => /^md\d+$/.test(n));
+  if (arrays.length === 0) return stdout;
+  // An array whose node is missing (mid-creation, stopped) must not hide the disks: it is left out.
+  const md = await run('lsblk', [...LSBLK_ARGS, ...arrays.map((n) => `/dev/${n}`)], { log, query: true }).catch(
+    () => null,
+  );
+  return md ? mergeLsblk(stdout, md.stdout) : stdout;
+}
+
+/** Two lsblk JSON documents as one: the rows of both, in order. */
+export function mergeLsblk(a: string, b: string): string {
+  return JSON.stringify({ blockdevices: [...parseLsblk(a), ...parseLsblk(b)] });
 }
 
 /** The lsblk command whose JSON `blockDevicesFrom` reads (recorded as is for test fixtures). */

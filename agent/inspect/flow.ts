@@ -2,7 +2,7 @@
 // the payload to the callback URL(s), and say what the conductor answered. Nothing here ends the process:
 // a failed collector is reported in the payload's `error`, a refused or unanswered post in the result,
 // and the caller carries on (lookup when an API URL is known, else serving until powered off).
-import { allowlistedNames, LSBLK_ARGS } from '../disk/block-devices.ts';
+import { allowlistedNames, lsblkDisks } from '../disk/block-devices.ts';
 import type { Config } from '../config/config.ts';
 import type { Clock } from '../clock.ts';
 import { IronicApi } from '../conductor/ironic-api.ts';
@@ -52,7 +52,7 @@ async function liveSources(config: Config, log: Logger, root: HostRoot): Promise
     : undefined;
   return {
     root,
-    lsblk: async () => (await run('lsblk', LSBLK_ARGS, { log, query: true })).stdout,
+    lsblk: () => lsblkDisks(log),
     ipmitool: async (args) => (await run('ipmitool', args, { log, timeoutMs: 30_000 })).stdout,
     bootif: config.bootif,
     loops: await allowlistedNames(config.disks.allowlist),

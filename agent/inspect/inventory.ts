@@ -23,7 +23,7 @@ export interface Inventory extends BmcInfo {
 
 export interface InventorySources extends InterfaceSources {
   root: HostRoot;
-  /** lsblk's JSON for the disk list (`LSBLK_ARGS`); recorded in test fixtures. */
+  /** lsblk's JSON for the disk list (`lsblkDisks`: `LSBLK_ARGS`, md arrays added); recorded in test fixtures. */
   lsblk: () => Promise<string>;
   ipmitool: Ipmitool;
   /** Raw BOOTIF kernel parameter. */

@@ -241,9 +241,52 @@ export class DeviceGuard {
       return { ok: false, reason: `whether it is in use cannot be told: ${(err as Error).message}` };
     }
     if (reason) return { ok: false, reason: `it ${reason}` };
+    const array = await this.arrayOf(name);
+    if (array)
+      return { ok: false, reason: `it is ${array}: only the array may be written, or it must be stopped first` };
     const claim = await this.claimed(devPath);
     if (claim) return { ok: false, reason: `it is ${claim}` };
     return { ok: true };
+  }
+
+  /**
+   * Which running md array `name` (or, for a whole disk, one of its partitions) is a member of, said as a
+   * phrase; null when none. Writing a member alone would corrupt the array, whatever its state.
+   */
+  private async arrayOf(name: string): Promise<string | null> {
+    const parts = (await listSys(`${this.paths.sysClassBlock}/${name}`)).filter((p) => p.startsWith(name));
+    for (const dev of [name, ...parts]) {
+      const md = (await listSys(`${this.paths.sysClassBlock}/${dev}/holders`)).find((h) => /^md/.test(h));
+      if (md)
+        return dev === name
+          ? `a member of the software RAID array ${md}`
+          : `the holder of ${dev}, a member of the software RAID array ${md}`;
+    }
+    return null;
+  }
+
+  /**
+   * Throws ProtectedDeviceError unless the md array may be stopped and its members cleared: nothing of it is
+   * mounted or swap, nothing is stacked on it, and every member's disk is on the allow-list (when one is set).
+   */
+  async assertArrayRemovable(mdPath: string): Promise<void> {
+    const refuse = (why: string) =>
+      new ProtectedDeviceError(`refusing to delete the software RAID array ${mdPath}: ${why}`);
+    const name = await this.kernelName(mdPath);
+    const loops = await this.loops();
+    const used = await this.protectedSet(loops);
+    const members = await listSys(`${this.paths.sysClassBlock}/${name}/slaves`);
+    for (const dev of [name, ...members]) {
+      const why = used.get(dev);
+      if (why) throw refuse(`${dev} ${why}`);
+      if (dev === name) continue;
+      const notAllowed = await this.notAllowed(dev, loops);
+      if (notAllowed) throw refuse(`its member ${dev} is ${notAllowed}`);
+    }
+    const above = await listSys(`${this.paths.sysClassBlock}/${name}/holders`);
+    if (above.length > 0) throw refuse(`${above.join(', ')} ${above.length === 1 ? 'is' : 'are'} stacked on it`);
+    const claim = await this.claimed(mdPath);
+    if (claim) throw refuse(`it is ${claim}`);
   }
 
   /** Throws ProtectedDeviceError naming the device and why, unless it may be written now. */

@@ -7,6 +7,12 @@ import { burninSteps } from '../burnin/steps.ts';
 import { eraseDevices, eraseDevicesExpress, eraseDevicesMetadata } from './erase-steps.ts';
 import { cleanUefiNvramStep, erasePstoreStep, MATCH_PATTERNS_ARGSINFO } from './firmware-steps.ts';
 import { INJECT_FILES_ARGSINFO, injectFilesStep, writeImageStep } from './image-steps.ts';
+import {
+  APPLY_CONFIGURATION_ARGSINFO,
+  applyConfigurationStep,
+  createConfigurationStep,
+  deleteConfigurationStep,
+} from './raid-steps.ts';
 import { SUPPORT, type HardwareManager, type StepDescriptor } from './step.ts';
 
 /** The key of the step lists in `clean_steps`/`deploy_steps` (IPA's class name). */
@@ -15,7 +21,8 @@ export const GENERIC_CLASS = 'GenericHardwareManager';
 export const GENERIC_NAME = 'generic_hardware_manager';
 export const GENERIC_VERSION = '1.2';
 
-type Fields = Omit<StepDescriptor, 'name' | 'run' | 'interface' | 'reboot_requested' | 'requires_ramdisk'>;
+type Fields = Omit<StepDescriptor, 'name' | 'run' | 'reboot_requested' | 'requires_ramdisk' | 'interface'> &
+  Partial<Pick<StepDescriptor, 'interface'>>;
 const step = (name: string, fields: Fields, run: StepDescriptor['run']): StepDescriptor => ({
   name,
   interface: 'deploy',
@@ -53,6 +60,23 @@ export const BUILTIN_STEPS: readonly StepDescriptor[] = [
     burninSteps.burnin_network(ctx, ctx.node),
   ),
   step('write_image', { phases: { deploy: 0, service: 0 }, abortable: false }, writeImageStep),
+  // Software RAID (interface raid): only on request (manual cleaning, a deploy template, servicing).
+  step(
+    'delete_configuration',
+    { interface: 'raid', phases: { clean: 0, service: 0 }, abortable: true },
+    deleteConfigurationStep,
+  ),
+  step(
+    'create_configuration',
+    { interface: 'raid', phases: { clean: 0, service: 0 }, abortable: true },
+    createConfigurationStep,
+  ),
+  step(
+    'apply_configuration',
+    // IPA lists it without `abortable`: no phase may abort it half-way through building arrays.
+    { interface: 'raid', phases: { deploy: 0, service: 0 }, abortable: false, argsinfo: APPLY_CONFIGURATION_ARGSINFO },
+    applyConfigurationStep,
+  ),
   step(
     'inject_files',
     { phases: { deploy: 0, service: 0 }, abortable: false, argsinfo: INJECT_FILES_ARGSINFO },
