@@ -9,7 +9,6 @@ import { MIN_ROOT_DISK_BYTES } from './root-device.ts';
 import { BlockDeviceError } from '../errors.ts';
 import { run } from '../exec.ts';
 import { listSys, readSys } from '../host/sysfs.ts';
-import type { Logger } from '../log.ts';
 import { sysByPath, sysHctl, sysIdentity, SYS_BLOCK } from './sysfs.ts';
 
 export interface BlockDevice {
