@@ -14,6 +14,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseLldpFrame } from '../../agent/inspect/lldp.ts';
 import { switchFrame } from '../helpers/lldp-frames.ts';
 import { workDir } from '../helpers/make-image.ts';
 import { HOST_IN_GUEST, OUT, startVm, until, type Vm } from './vm.ts';
@@ -105,7 +106,9 @@ describe('network and debug login in QEMU', () => {
     const inv = posts[0]!.inventory;
     const wire = inv.interfaces.find((i: any) => i.mac_address === MACS.wire && !i.name.includes('.'));
     expect(wire).toBeDefined();
-    // The frame as the switch sent it: chassis id (subtype 4, MAC), port id (subtype 5, name), the 802.1 VLAN name.
+    // The frame as the switch sent it, every TLV; among them chassis id (subtype 4, MAC), port id (subtype 5,
+    // name), system name and the 802.1 VLAN name that Ironic's hooks read.
+    expect(wire.lldp).toEqual(parseLldpFrame(frame));
     expect(wire.lldp).toEqual(
       expect.arrayContaining([
         [1, `04${SWITCH.src.replaceAll(':', '')}`],
