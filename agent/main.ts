@@ -13,6 +13,7 @@ import { cleanStaleBuffers } from './image/buffer.ts';
 import { clearUnfinishedWrite } from './image/sinks/write-journal.ts';
 import { loadHashAddon } from './image/image-hash.ts';
 import { syncClock } from './host/clock-sync.ts';
+import { startDebugLogin } from './host/debug-login.ts';
 import { realClock } from './clock.ts';
 import { liveDiskWait, waitForDisks } from './disk/block-devices.ts';
 import { enableVlanInterfaces, liveVlanSetup } from './inspect/vlans.ts';
@@ -49,6 +50,8 @@ async function main(): Promise<void> {
       `accepted for IPA compatibility but not acted on: ${config.notActedOn.join(', ')}`,
     );
   }
+  // First: an operator debugging this node can log in while the rest starts (or fails to).
+  await startDebugLogin(config, log);
   // Before anything compares times: the auto-TLS certificate's validity, HTTPS servers' certificates.
   if (config.ntpServer) await syncClock(config.ntpServer, config.hostActions, log);
   // IPA's wait for a disk at start: storage drivers may still be finding their disks.

@@ -64,7 +64,7 @@ describe('configuration', () => {
   it('names the IPA parameters it accepts without acting on them, and unknown ipa-* ones, so that main.ts can warn once', () => {
     const c = build(
       'ipa-disk-wait-attempts=5 ipa-disk-wait-delay=1 ipa-use-mdns=1 ipa-enable-vlan-interfaces=eth0.100,all ' +
-        'ipa-inject-files-priority=50 ipa-colect-lldp=1 ina-console-shell=0 console=ttyS0 sshkey=x',
+        'ipa-inject-files-priority=50 ipa-colect-lldp=1 ina-console-shell=0 console=ttyS0 ipa-sshkey=x',
       ['--standalone'],
     );
     expect(c.disks.waitAttempts).toBe(5);
@@ -73,8 +73,8 @@ describe('configuration', () => {
     expect(c.injectFilesPriority).toBe(50);
     expect(c.notActedOn).toEqual([
       'ipa-use-mdns (finding the conductor by mDNS is not supported; give ipa-api-url)',
-      'sshkey (the SSH debug login of IPA images (DIB dynamic-login) is not in this ramdisk)',
       'kernel parameter ipa-colect-lldp (not an IPA parameter this agent knows)',
+      'kernel parameter ipa-sshkey (not an IPA parameter this agent knows)',
     ]);
     expect(build('ipa-standalone=1').standalone).toBe(true);
     const d = build('', ['--standalone']);
@@ -191,6 +191,42 @@ describe('configuration', () => {
     expect(r.exitCode).toBe(2);
     expect(r.stderr.trim().split('\n')).toEqual([
       'ironic-node-agent: flag --ipa-listen-port="99999": must be at most 65535',
+    ]);
+  });
+
+  it('reads the debug login as DIB dynamic-login does: a quoted sshkey, a rootpwd hash raw or in base64; refuses what would not work', () => {
+    const key = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKx4mB8aQmKIDYvTKWT0NIfLaaXFgOGtVeM3e6ptnqV5 op@desk';
+    const hash = '$6$e2e$JrOSyJc7Y9oT8mN1DJgU8.3kZKiwqKFKn4gpBk0e7TSp8CjQFmPfC5ZQXvTfA4wAlW/bEeaHT2tEvUN3Q1bDA/';
+    const c = build(`console=ttyS0 sshkey="${key}" rootpwd="${hash}" ipa-debug=1`, ['--standalone']);
+    expect(c.debugLogin).toEqual({ sshKey: key, rootPasswordHash: hash });
+    // Neither is "accepted but not acted on" any more; the parameter after the quoted key is still read.
+    expect(c.notActedOn).toEqual([]);
+    expect(c.debug).toBe(true);
+    // A value without the leading `$` is base64, so that no `$` needs escaping in ironic.conf.
+    const b64 = Buffer.from(hash).toString('base64');
+    expect(build(`rootpwd=${b64}`, ['--standalone']).debugLogin).toEqual({ rootPasswordHash: hash });
+    expect(build('', ['--standalone']).debugLogin).toEqual({});
+    // Unquoted, the kernel line splits the key into words: refused with what to write instead.
+    expect(() => build(`sshkey=${key}`, ['--standalone'])).toThrow(
+      'kernel parameter sshkey="ssh-ed25519": expected one quoted public key, sshkey="ssh-ed25519 AAAA… comment"',
+    );
+    expect(() => build('sshkey="no-such-type AAAA"', ['--standalone'])).toThrow(/expected one quoted public key/);
+    // A plain-text password (neither a hash nor base64 of one) is refused rather than set as a broken hash.
+    expect(() => build('rootpwd=secret', ['--standalone'])).toThrow(
+      'kernel parameter rootpwd="secret": expected a crypt(3) hash ($6$…), or one in base64',
+    );
+    expect(() => build('rootpwd="$6$salt$a:b"', ['--standalone'])).toThrow(/expected a crypt\(3\) hash/);
+  });
+
+  it('splits the kernel command line as the kernel does: quotes keep spaces in a value and are dropped', () => {
+    const m = parseKernelCmdline('a=1 b="x y  z" c="" quiet d="e=2 f" g=h=i unclosed="j k\n');
+    expect([...m]).toEqual([
+      ['a', '1'],
+      ['b', 'x y  z'],
+      ['c', ''],
+      ['d', 'e=2 f'],
+      ['g', 'h=i'],
+      ['unclosed', 'j k\n'],
     ]);
   });
 });

@@ -90,6 +90,11 @@ export interface Config {
   /** Where rescue writes the rescue password and user: `/` in a ramdisk; outside one only if given. */
   rescueRoot?: string;
   /**
+   * The debug login of IPA's images (DIB's dynamic-login element): `sshkey` becomes root's only authorized key,
+   * `rootpwd` (a crypt(3) hash, base64-encoded unless it starts with `$`) root's password; host/debug-login.ts.
+   */
+  debugLogin: { sshKey?: string; rootPasswordHash?: string };
+  /**
    * The root under which erase_pstore reads `proc/mounts` and clean_uefi_nvram's efibootmgr finds
    * `sys/firmware/efi/efivars`: `/` in a ramdisk; outside one only if given (tests hand in a fake root).
    */
@@ -125,9 +130,6 @@ export const NOT_ACTED_ON: Readonly<Record<string, string>> = {
   'ipa-certfile': 'client certificates toward Ironic are not implemented',
   'ipa-keyfile': 'client certificates toward Ironic are not implemented',
   'ipa-agent-token-required': 'IPA ignores it too: a token once issued is always required',
-  // DIB's dynamic-login element in IPA's published images reads these two.
-  sshkey: 'the SSH debug login of IPA images (DIB dynamic-login) is not in this ramdisk',
-  rootpwd: 'the root password login of IPA images (DIB dynamic-login) is not in this ramdisk',
 };
 
 const NO_FILES: ConfFiles = { values: new Map(), otherSections: [] };
@@ -226,6 +228,7 @@ export function buildConfig(
     ntpServer: r.str('ipa-ntp-server'),
     simulatedRebootDelayS: r.num('simulated-reboot-delay', 2, { min: 0 }),
     rescueRoot: r.str('ina-rescue-root') ?? (merged.get('host-actions') === 'real' ? '/' : undefined),
+    debugLogin: debugLoginConfig(r),
     firmwareRoot: r.str('ina-firmware-root') ?? (merged.get('host-actions') === 'real' ? '/' : undefined),
     hardwareManagersDir:
       r.str('ina-hardware-managers') ??
@@ -257,6 +260,37 @@ export function buildConfig(
 }
 
 const COLLECTOR_NAME = /^[a-z0-9-]+$/;
+/** One OpenSSH public key line: its type, the base64 key, an optional comment; options are not taken. */
+const SSH_PUBLIC_KEY =
+  /^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-[a-z0-9@.-]+) [A-Za-z0-9+/]+={0,2}( [^\n]*)?$/;
+/** A crypt(3) hash as chpasswd -e takes it: `$id$…`, nothing that would break a line of /etc/shadow. */
+const CRYPT = /^\$[0-9a-z]+\$[^:\s]+$/;
+
+function debugLoginConfig(r: ParamReader): Config['debugLogin'] {
+  const sshKey = r.str('sshkey');
+  if (sshKey !== undefined) {
+    r.check(
+      'sshkey',
+      sshKey,
+      SSH_PUBLIC_KEY.test(sshKey),
+      'expected one quoted public key, sshkey="ssh-ed25519 AAAA… comment"',
+    );
+  }
+  let rootPasswordHash = r.str('rootpwd');
+  if (rootPasswordHash !== undefined && !rootPasswordHash.startsWith('$')) {
+    // As DIB: base64 spares the operator escaping every `$` of the hash (`openssl passwd -6 | base64 -w 0`).
+    rootPasswordHash = Buffer.from(rootPasswordHash, 'base64').toString('latin1');
+  }
+  if (rootPasswordHash !== undefined) {
+    r.check(
+      'rootpwd',
+      r.str('rootpwd')!,
+      CRYPT.test(rootPasswordHash),
+      'expected a crypt(3) hash ($6$…), or one in base64',
+    );
+  }
+  return { sshKey, rootPasswordHash };
+}
 
 function inspectionConfig(r: ParamReader, apiUrls: readonly string[]): Config['inspection'] {
   const given = r.list('ipa-inspection-callback-url').map((u) => u.replace(/\/+$/, ''));

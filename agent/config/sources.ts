@@ -1,13 +1,17 @@
 // Raw parameter sources: the kernel command line and the process flags, as name -> value maps.
 // Both use IPA's parameter names; parsing into types happens once, in config.ts.
 
-/** Kernel command line: whitespace-split `k=v` tokens, split at the first `=`; a later duplicate wins. */
+/** Kernel command line: `k=v` tokens split at the first `=`; a later duplicate wins. */
 export function parseKernelCmdline(text: string): Map<string, string> {
   const out = new Map<string, string>();
-  for (const token of text.split(/\s+/)) {
+  // As the kernel splits its command line: a space inside double quotes does not end a parameter, and the
+  // quotes around a value are dropped (DIB's `sshkey="ssh-ed25519 AAAA… comment"`).
+  for (const [token] of text.matchAll(/(?:[^\s"]+|"[^"]*"?)+/g)) {
     const eq = token.indexOf('=');
     if (eq <= 0) continue;
-    out.set(token.slice(0, eq), token.slice(eq + 1));
+    let value = token.slice(eq + 1);
+    if (value.startsWith('"')) value = value.slice(1, value.endsWith('"') && value.length > 1 ? -1 : undefined);
+    out.set(token.slice(0, eq), value);
   }
   return out;
 }

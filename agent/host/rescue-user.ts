@@ -44,12 +44,14 @@ export async function setRescuePassword(root: string, hash: string, now = Date.n
     );
     await mkdir(join(root, 'home', RESCUE_USER), { recursive: true, mode: 0o700 });
   }
-  const days = Math.floor(now / 86_400_000);
-  const shadow = await readLines(join(etc, 'shadow'));
-  await replaceFile(
-    join(etc, 'shadow'),
-    upsert(shadow, RESCUE_USER, `${RESCUE_USER}:${hash}:${days}:0:99999:7:::`),
-    0o640,
-  );
+  await setShadowHash(root, RESCUE_USER, hash, now);
   await writeFile(join(etc, '.rescued'), '');
+}
+
+/** Gives `user` the password of this crypt(3) hash in `root`'s /etc/shadow (the debug login's root too). */
+export async function setShadowHash(root: string, user: string, hash: string, now = Date.now()): Promise<void> {
+  const file = join(root, 'etc', 'shadow');
+  const days = Math.floor(now / 86_400_000);
+  await mkdir(join(root, 'etc'), { recursive: true });
+  await replaceFile(file, upsert(await readLines(file), user, `${user}:${hash}:${days}:0:99999:7:::`), 0o640);
 }

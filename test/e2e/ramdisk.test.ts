@@ -250,10 +250,13 @@ describe('the ramdisk under QEMU', () => {
           timeout: 90_000,
         },
       );
-    // A deploy ramdisk takes no logins.
+    // A deploy ramdisk takes no logins, and without sshkey/rootpwd nothing listens on port 22: the user-mode
+    // network accepts the forwarded connection and closes it as the guest refuses it, before any SSH banner (a
+    // server refusing the login would say so after one).
     const early = await ssh('rescue', 'correct horse');
     expect(early.exitCode).not.toBe(0);
     expect(early.stdout).toBe('');
+    expect(early.stderr).toMatch(/exited: (Remote closed the connection|Connect failed: Connection refused)$/m);
     // Ironic sends the password crypt(3)-hashed (SHA-512), as `openssl passwd -6` makes it.
     const hash = (await execa('openssl', ['passwd', '-6', '-salt', 'e2erescue', 'correct horse'])).stdout.trim();
     let mark = v.serial().length;

@@ -40,6 +40,12 @@ export interface VmOptions {
   smp?: number;
   /** MACs of more virtio NICs, each on its own isolated user-mode network. */
   moreNics?: string[];
+  /**
+   * Virtio NICs on a wire of UDP datagrams on loopback (`-netdev socket,udp=`): each Ethernet frame the host
+   * sends to 127.0.0.1:`hostToGuestPort` arrives on the NIC as it was sent, raw (LLDP, which user-mode networking
+   * cannot carry in); the guest's frames go to 127.0.0.1:`guestToHostPort`. After `moreNics`.
+   */
+  wireNics?: { mac: string; hostToGuestPort: number; guestToHostPort: number }[];
   /** NVMe disks: a raw file each, with the controller's serial number. */
   nvme?: { file: string; serial: string }[];
   /** `-smbios` values, e.g. `type=1,manufacturer=…,product=…,serial=…`. */
@@ -149,6 +155,12 @@ export async function startVm(o: VmOptions): Promise<Vm> {
       `user,id=n${i + 1},restrict=on,net=10.0.${3 + i}.0/24`,
       '-device',
       `virtio-net-pci,netdev=n${i + 1},mac=${mac},romfile=`,
+    ]),
+    ...(o.wireNics ?? []).flatMap((n, i) => [
+      '-netdev',
+      `socket,id=w${i},udp=127.0.0.1:${n.guestToHostPort},localaddr=127.0.0.1:${n.hostToGuestPort}`,
+      '-device',
+      `virtio-net-pci,netdev=w${i},mac=${n.mac},romfile=`,
     ]),
     ...(o.nvme ?? []).flatMap((d, i) => [
       '-drive',
