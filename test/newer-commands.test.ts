@@ -116,14 +116,19 @@ describe('rescue.finalize_rescue', () => {
 });
 
 describe('service.get_service_steps / execute_service_step', () => {
-  it('lists the burn-ins but burnin_disk, write_image and inject_files (priority 0) under GenericHardwareManager with the version', async () => {
+  it('lists the burn-ins but burnin_disk, write_image, inject_files and the RAID steps (priority 0) under GenericHardwareManager with the version', async () => {
     const { a } = await agentWith();
     const r = await post(a, 'service.get_service_steps', { node: {}, ports: [] });
     const steps = ['burnin_cpu', 'burnin_memory', 'burnin_network', 'write_image', 'inject_files'];
+    const raid = ['delete_configuration', 'create_configuration', 'apply_configuration'];
+    const listed = (r.json.command_result as { service_steps: { GenericHardwareManager: { step: string }[] } })
+      .service_steps.GenericHardwareManager;
+    // IPA's service steps: the RAID ones on interface raid, the rest on deploy (shared/reference: hardware-managers)
+    expect([...listed.map((x) => x.step)].sort()).toEqual([...steps, ...raid].sort());
     expect(r.json.command_result).toEqual({
       service_steps: {
-        GenericHardwareManager: steps.map((step) =>
-          expect.objectContaining({ step, priority: 0, interface: 'deploy' }),
+        GenericHardwareManager: listed.map(({ step }) =>
+          expect.objectContaining({ step, priority: 0, interface: raid.includes(step) ? 'raid' : 'deploy' }),
         ),
       },
       hardware_manager_version: { generic_hardware_manager: '1.2' },
