@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runStreamed } from '../agent/exec.ts';
 import { nullLogger } from '../agent/log.ts';
 import { GENERIC_MANAGER } from '../agent/steps/builtin.ts';
 import { StepCatalogue } from '../agent/steps/catalogue.ts';
@@ -405,6 +406,56 @@ export const manager = {
       'HardwareManagerMethodNotFound',
     );
   });
+});
+
+describe('an executable step leaves nothing of its process group behind', () => {
+  const alive = (p: number) => {
+    try {
+      process.kill(p, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  // The program backgrounds a helper that ignores SIGTERM (and whose own child inherits that), then ends or
+  // waits; the helper's pipes go to /dev/null, so only the process group ties it to the step.
+  const run = async (end: string, abort: boolean) => {
+    const dir = await mkdtemp(join(tmpdir(), 'ina-hwm-group-'));
+    try {
+      const script = join(dir, 'step.sh');
+      await writeFile(
+        script,
+        `${SH}sh -c 'trap "" TERM; sleep 300 & echo $! > ${dir}/sleep; wait' >/dev/null 2>&1 &
+echo $! > ${dir}/helper
+while [ ! -s ${dir}/sleep ]; do sleep 0.05; done
+${end}
+`,
+      );
+      await chmod(script, 0o755);
+      const controller = new AbortController();
+      const pids = async (): Promise<[number, number]> => [
+        Number(await readFile(join(dir, 'helper'), 'utf8').catch(() => '0')),
+        Number(await readFile(join(dir, 'sleep'), 'utf8').catch(() => '0')),
+      ];
+      const running = runStreamed(script, [], { input: '', signal: controller.signal, onLine: () => {}, graceMs: 300 });
+      if (abort) {
+        await expect.poll(async () => Math.min(...(await pids())), { timeout: 20_000 }).toBeGreaterThan(0);
+        controller.abort();
+      }
+      await running;
+      const [helper, sleeper] = await pids();
+      expect(helper).toBeGreaterThan(0);
+      expect(sleeper).toBeGreaterThan(0);
+      // gone when runStreamed returns, not some time later
+      expect(alive(helper)).toBe(false);
+      expect(alive(sleeper)).toBe(false);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  };
+
+  it('when the program ends by itself', () => run('exit 0', false));
+  it('when the step is aborted', () => run('wait', true));
 });
 
 describe('an agent with only broken plugins', () => {
