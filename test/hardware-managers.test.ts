@@ -12,6 +12,8 @@ import { runStreamed } from '../agent/exec.ts';
 import { nullLogger } from '../agent/log.ts';
 import { GENERIC_MANAGER } from '../agent/steps/builtin.ts';
 import { StepCatalogue } from '../agent/steps/catalogue.ts';
+import { executeStep } from '../agent/steps/dispatch.ts';
+import type { TaskContext } from '../agent/services.ts';
 import type { HardwareManager, StepDescriptor } from '../agent/steps/step.ts';
 import { call, startAgent, type RunningAgent } from './helpers/api-harness.ts';
 import { runCommand, runToEnd } from './helpers/image-agent.ts';
@@ -61,6 +63,38 @@ describe('the merge rules (IPA hardware.py)', () => {
       'vendorClass',
       'GenericHardwareManager',
     ]);
+  });
+
+  it("a step whose tool is missing is passed over for the next manager's, in the list and when it runs", async () => {
+    const who: string[] = [];
+    const runs = (m: string) => async () => {
+      who.push(m);
+      return m;
+    };
+    const vendor = manager('vendor', 3, [
+      step('flash', { clean: 5 }, { tool: 'ina-no-such-tool-0', run: runs('vendor') }),
+    ]);
+    const backup = manager('backup', 2, [step('flash', { clean: 5 }, { run: runs('backup') })]);
+    const c = await build(vendor, backup);
+    const listed = (await c.list('clean')) as { clean_steps: Record<string, { step: string }[]> };
+    expect(listed.clean_steps.vendorClass).toBeUndefined();
+    expect(listed.clean_steps.backupClass!.map((s) => s.step)).toEqual(['flash']);
+    let node: unknown;
+    const ctx = {
+      log: nullLogger,
+      signal: new AbortController().signal,
+      progress: () => {},
+      state: { status: { node: undefined }, update: (u: { node: unknown }) => (node = u.node) },
+    } as unknown as TaskContext;
+    const result = await executeStep(
+      c,
+      'clean',
+      { step: { step: 'flash', interface: 'deploy' }, version: undefined },
+      ctx,
+    );
+    expect(result).toBe('backup');
+    expect(who).toEqual(['backup']);
+    expect(node).toBeUndefined();
   });
 
   it('at equal support the higher priority wins, then the first class name; a manager left with no step vanishes from the lists but not from the versions', async () => {
