@@ -5,6 +5,7 @@ import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DeviceTarget } from '../agent/image/sinks/device-target.ts';
 import { HeldBack, heldRanges } from '../agent/image/sinks/held-back.ts';
 import {
   WriteJournal,
@@ -84,6 +85,18 @@ describe('the write journal', () => {
     expect(line).toMatch(
       /^could not clear \/dev\/ina-not-allowed, left by an image write begun at \S+ that never finished: refusing to clear the signatures of \/dev\/ina-not-allowed/,
     );
+    expect(existsSync(file)).toBe(false);
+  });
+
+  it('a write whose clearing fails before its first byte leaves no note (the next start would wipe that disk)', async () => {
+    const file = journalPath(join(dir, 'unclear.json'))!;
+    const target = new DeviceTarget(
+      { path: '/dev/ina-not-allowed', size: 5 * MiB, logicalSectorSize: 512 },
+      new DeviceGuard(['/dev/ina-only-this']),
+      nullLogger,
+      new WriteJournal(file),
+    );
+    await expect(target.prepare()).rejects.toThrow(/refusing to clear the signatures of \/dev\/ina-not-allowed/);
     expect(existsSync(file)).toBe(false);
   });
 
