@@ -100,6 +100,25 @@ describe('the write journal', () => {
     expect(existsSync(file)).toBe(false);
   });
 
+  it('at start, leaves a device named by a note from another boot alone (the path may name another disk)', async () => {
+    const status = join(dir, 'rebooted.json');
+    const file = journalPath(status)!;
+    const earlier = join(dir, 'boot_id');
+    await writeFile(earlier, '00000000-0000-4000-8000-000000000000\n');
+    new WriteJournal(file, earlier).begin('/dev/ina-not-allowed', 5 * MiB);
+    expect(unfinishedWrite(file)?.boot_id).toBe('00000000-0000-4000-8000-000000000000');
+    const line = await clearUnfinishedWrite(status, new DeviceGuard(['/dev/ina-not-allowed']), nullLogger);
+    expect(line).toMatch(
+      /^left \/dev\/ina-not-allowed alone, named by an image write begun at \S+ that never finished: the machine has rebooted since \(boot id 00000000-0000-4000-8000-000000000000, now [0-9a-f-]{36}\)/,
+    );
+    expect(existsSync(file)).toBe(false);
+    // A note without a boot id (an older agent's) cannot be shown to be from this boot either.
+    await writeFile(file, JSON.stringify({ device: '/dev/ina-not-allowed', size: 5 * MiB, started_at: 1 }));
+    expect(await clearUnfinishedWrite(status, new DeviceGuard(['/dev/ina-not-allowed']), nullLogger)).toMatch(
+      /: the machine has rebooted since \(boot id unknown/,
+    );
+  });
+
   it('ignores a malformed note', async () => {
     const status = join(dir, 'bad.json');
     await writeFile(journalPath(status)!, '{"device": 3}');
