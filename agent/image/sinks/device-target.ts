@@ -40,7 +40,7 @@ export class DeviceTarget {
         },
       );
     }
-    await this.device.precheck?.({ head, partial: true });
+    await this.device.precheck?.({ head, partial: true, totalBytes: facts.totalBytes });
   }
 
   /** Before a write: notes it in the journal, then clears the device (`clear`). */
