@@ -3,6 +3,7 @@
 // (decoders, dd) by Node's spawn (`spawnMortal`). Every tool that may write runs `mortal`.
 import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { execa, type Options, type ResultPromise } from 'execa';
 import { ToolError } from './errors.ts';
 import type { Logger } from './log.ts';
@@ -169,11 +170,21 @@ export async function runStreamed(
       // the group is gone already
     }
   };
+  const grace = opts.graceMs ?? 5000;
   let killer: NodeJS.Timeout | undefined;
   const stop = () => {
     group('SIGTERM');
-    killer = setTimeout(() => group('SIGKILL'), opts.graceMs ?? 5000);
+    killer = setTimeout(() => group('SIGKILL'), grace);
   };
+  // What the program left in its group (a helper it backgrounded, a child that ignores SIGTERM) must not
+  // outlive the step: once the leader is gone, SIGTERM, then SIGKILL after the grace. Started on the leader's
+  // exit, not when its pipes close, since a helper may hold them open.
+  let reaping: Promise<void> | undefined;
+  const reap = () => {
+    reaping ??= reapGroup(child.pid, grace);
+    return reaping;
+  };
+  child.nodeChildProcess.once('exit', () => void reap());
   if (opts.signal.aborted) stop();
   else opts.signal.addEventListener('abort', stop, { once: true });
   try {
@@ -188,6 +199,42 @@ export async function runStreamed(
     return { exitCode: result.exitCode ?? null, signal: result.signal ?? null, stderrTail };
   } finally {
     opts.signal.removeEventListener('abort', stop);
+    await reap();
     if (killer) clearTimeout(killer);
   }
+}
+
+/** Whether process group `pgid` still has a member. */
+function groupAlive(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Ends what is left of process group `pgid` after its leader exited: SIGTERM, then SIGKILL to what is still
+ * there after `graceMs`. Returns as soon as the group is empty. The group id cannot be taken by another group
+ * while a member lives, so it is checked before each signal.
+ */
+async function reapGroup(pgid: number | undefined, graceMs: number): Promise<void> {
+  if (!pgid || !groupAlive(pgid)) return;
+  const signal = (sig: NodeJS.Signals) => {
+    try {
+      process.kill(-pgid, sig);
+    } catch {
+      // ESRCH: the group emptied in between
+    }
+  };
+  const until = async (deadline: number) => {
+    while (groupAlive(pgid) && Date.now() < deadline) await sleep(Math.min(50, Math.max(1, deadline - Date.now())));
+  };
+  signal('SIGTERM');
+  await until(Date.now() + graceMs);
+  if (!groupAlive(pgid)) return;
+  signal('SIGKILL');
+  // a SIGKILLed process is gone once its parent (init, for what the leader left) has reaped it
+  await until(Date.now() + 2000);
 }

@@ -3,6 +3,7 @@
 // The agent must stop reading at its cap, end each exchange at one deadline on its clock, refuse a node
 // identifier where it enters and encode it where it is used.
 import { readFileSync } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { BodyOverCap, MAX_JSON_DEPTH, parseBoundedJson, readCapped } from '../agent/bounded-json.ts';
@@ -190,6 +191,44 @@ describe('replies past the cap', () => {
     expect(outcome.kind === 'failed' && outcome.reason).toMatch(/reply larger than/);
     for (const x of peer.exchanges) await x.closed;
     for (const x of peer.exchanges) expect(x.sent).toBeLessThanOrEqual(MAX_REPLY_BYTES + loopbackSlack());
+  });
+});
+
+describe("a caller's budget over several URLs", () => {
+  it('each URL gets its share of what is left: a first URL that hangs does not leave the next a millisecond', async () => {
+    const asked: number[] = [];
+    class Recording extends VirtualClock {
+      override timeout(ms: number): AbortSignal {
+        asked.push(ms);
+        return super.timeout(ms);
+      }
+    }
+    const clock = new Recording();
+    let hung = 0;
+    const hanging = createHttpServer(() => void hung++);
+    const answering = createHttpServer((_req, res) => res.end('{}'));
+    for (const server of [hanging, answering]) {
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      cleanups.push(async () => {
+        server.closeAllConnections();
+        await new Promise((resolve) => server.close(resolve));
+      });
+    }
+    const url = (server: typeof hanging) => `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const made = new IronicApi({
+      urls: [url(hanging), url(answering)],
+      timeoutS: 60,
+      clock,
+      insecure: false,
+      log: nullLogger,
+    });
+    cleanups.push(() => made.close());
+    const reply = made.send('POST', '/v1/heartbeat/x', { body: {}, withinMs: 10_000 });
+    await until('the first URL to hang', () => hung === 1);
+    expect(asked).toEqual([5_000]);
+    clock.advance(5_000);
+    expect((await reply).status).toBe(200);
+    expect(asked).toEqual([5_000, 5_000]);
   });
 });
 

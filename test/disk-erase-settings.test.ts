@@ -1,11 +1,12 @@
 // The erase settings in the node's driver_internal_info, through the real API on a loop device: an unusable
-// value (iterations "abc", -1, 2.5, 1e300; concurrency 0 or -3; zeroize "perhaps") fails erase_devices with
+// value (iterations "abc", -1, 2.5, 1e300, 101; concurrency 0 or -3; zeroize "perhaps") fails erase_devices with
 // InvalidCommandParamsError naming the key and the value, and not one byte of the disk changes. Values as text
 // (set from a CLI) are read as the numbers and booleans they spell.
 import { createHash } from 'node:crypto';
 import { open, readFile } from 'node:fs/promises';
+import pino from 'pino';
 import { describe, expect, it } from 'vitest';
-import { MAX_ERASE_CONCURRENCY, MAX_ERASE_ITERATIONS } from '../agent/disk/erase-settings.ts';
+import { eraseSettingsFrom, MAX_ERASE_CONCURRENCY, MAX_ERASE_ITERATIONS } from '../agent/disk/erase-settings.ts';
 import type { AgentClient, CommandResult } from './helpers/agent-client.ts';
 import { builtinStep, hardwareManagerVersions } from './helpers/builtin-steps.ts';
 import { withAgentOn } from './helpers/agent-on-disks.ts';
@@ -44,10 +45,9 @@ const BAD: [string, unknown, string][] = [
   ['agent_erase_devices_iterations', 1e300, `a whole number from 0 to ${MAX_ERASE_ITERATIONS}`],
   ['agent_erase_devices_iterations', MAX_ERASE_ITERATIONS + 1, `a whole number from 0 to ${MAX_ERASE_ITERATIONS}`],
   ['agent_erase_devices_iterations', true, `a whole number from 0 to ${MAX_ERASE_ITERATIONS}`],
-  ['disk_erasure_concurrency', 0, `a whole number from 1 to ${MAX_ERASE_CONCURRENCY}`],
-  ['disk_erasure_concurrency', -3, `a whole number from 1 to ${MAX_ERASE_CONCURRENCY}`],
-  ['disk_erasure_concurrency', '2.5', `a whole number from 1 to ${MAX_ERASE_CONCURRENCY}`],
-  ['disk_erasure_concurrency', MAX_ERASE_CONCURRENCY + 1, `a whole number from 1 to ${MAX_ERASE_CONCURRENCY}`],
+  ['disk_erasure_concurrency', 0, 'a whole number from 1 to 9007199254740991'],
+  ['disk_erasure_concurrency', -3, 'a whole number from 1 to 9007199254740991'],
+  ['disk_erasure_concurrency', '2.5', 'a whole number from 1 to 9007199254740991'],
   ['agent_erase_devices_zeroize', 'perhaps', 'true or false'],
   ['agent_erase_devices_zeroize', 2, 'true or false'],
   ['agent_enable_nvme_secure_erase', 'sometimes', 'true or false'],
@@ -113,5 +113,23 @@ describe('erase settings from driver_internal_info', () => {
         expect(disk.attempts).toEqual([]);
       });
     });
+  });
+
+  it('a concurrency above the bound (a 90-disk storage node) is run at the bound, with a log line; 100 passes are taken', () => {
+    const lines: string[] = [];
+    const log = pino({}, { write: (l: string) => lines.push(l) });
+    const warned = () =>
+      lines.map((l) => JSON.parse(l)).map(({ level, asked, used, msg }) => ({ level, asked, used, msg }));
+    const cfg = { randomPasses: 1, finalZeroPass: true, discardFirst: false };
+    const s = eraseSettingsFrom(
+      { disk_erasure_concurrency: 90, agent_erase_devices_iterations: MAX_ERASE_ITERATIONS },
+      cfg,
+      log,
+    );
+    expect(s.concurrency).toBe(MAX_ERASE_CONCURRENCY);
+    expect(s.randomPasses).toBe(100);
+    expect(warned()).toEqual([{ level: 40, asked: 90, used: 64, msg: 'disk_erasure_concurrency 90 is run as 64' }]);
+    expect(eraseSettingsFrom({ disk_erasure_concurrency: '4' }, cfg, log).concurrency).toBe(4);
+    expect(lines).toHaveLength(1);
   });
 });

@@ -8,9 +8,12 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runStreamed } from '../agent/exec.ts';
 import { nullLogger } from '../agent/log.ts';
 import { GENERIC_MANAGER } from '../agent/steps/builtin.ts';
 import { StepCatalogue } from '../agent/steps/catalogue.ts';
+import { executeStep } from '../agent/steps/dispatch.ts';
+import type { TaskContext } from '../agent/services.ts';
 import type { HardwareManager, StepDescriptor } from '../agent/steps/step.ts';
 import { call, startAgent, type RunningAgent } from './helpers/api-harness.ts';
 import { runCommand, runToEnd } from './helpers/image-agent.ts';
@@ -60,6 +63,38 @@ describe('the merge rules (IPA hardware.py)', () => {
       'vendorClass',
       'GenericHardwareManager',
     ]);
+  });
+
+  it("a step whose tool is missing is passed over for the next manager's, in the list and when it runs", async () => {
+    const who: string[] = [];
+    const runs = (m: string) => async () => {
+      who.push(m);
+      return m;
+    };
+    const vendor = manager('vendor', 3, [
+      step('flash', { clean: 5 }, { tool: 'ina-no-such-tool-0', run: runs('vendor') }),
+    ]);
+    const backup = manager('backup', 2, [step('flash', { clean: 5 }, { run: runs('backup') })]);
+    const c = await build(vendor, backup);
+    const listed = (await c.list('clean')) as { clean_steps: Record<string, { step: string }[]> };
+    expect(listed.clean_steps.vendorClass).toBeUndefined();
+    expect(listed.clean_steps.backupClass!.map((s) => s.step)).toEqual(['flash']);
+    let node: unknown;
+    const ctx = {
+      log: nullLogger,
+      signal: new AbortController().signal,
+      progress: () => {},
+      state: { status: { node: undefined }, update: (u: { node: unknown }) => (node = u.node) },
+    } as unknown as TaskContext;
+    const result = await executeStep(
+      c,
+      'clean',
+      { step: { step: 'flash', interface: 'deploy' }, version: undefined },
+      ctx,
+    );
+    expect(result).toBe('backup');
+    expect(who).toEqual(['backup']);
+    expect(node).toBeUndefined();
   });
 
   it('at equal support the higher priority wins, then the first class name; a manager left with no step vanishes from the lists but not from the versions', async () => {
@@ -405,6 +440,56 @@ export const manager = {
       'HardwareManagerMethodNotFound',
     );
   });
+});
+
+describe('an executable step leaves nothing of its process group behind', () => {
+  const alive = (p: number) => {
+    try {
+      process.kill(p, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  // The program backgrounds a helper that ignores SIGTERM (and whose own child inherits that), then ends or
+  // waits; the helper's pipes go to /dev/null, so only the process group ties it to the step.
+  const run = async (end: string, abort: boolean) => {
+    const dir = await mkdtemp(join(tmpdir(), 'ina-hwm-group-'));
+    try {
+      const script = join(dir, 'step.sh');
+      await writeFile(
+        script,
+        `${SH}sh -c 'trap "" TERM; sleep 300 & echo $! > ${dir}/sleep; wait' >/dev/null 2>&1 &
+echo $! > ${dir}/helper
+while [ ! -s ${dir}/sleep ]; do sleep 0.05; done
+${end}
+`,
+      );
+      await chmod(script, 0o755);
+      const controller = new AbortController();
+      const pids = async (): Promise<[number, number]> => [
+        Number(await readFile(join(dir, 'helper'), 'utf8').catch(() => '0')),
+        Number(await readFile(join(dir, 'sleep'), 'utf8').catch(() => '0')),
+      ];
+      const running = runStreamed(script, [], { input: '', signal: controller.signal, onLine: () => {}, graceMs: 300 });
+      if (abort) {
+        await expect.poll(async () => Math.min(...(await pids())), { timeout: 20_000 }).toBeGreaterThan(0);
+        controller.abort();
+      }
+      await running;
+      const [helper, sleeper] = await pids();
+      expect(helper).toBeGreaterThan(0);
+      expect(sleeper).toBeGreaterThan(0);
+      // gone when runStreamed returns, not some time later
+      expect(alive(helper)).toBe(false);
+      expect(alive(sleeper)).toBe(false);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  };
+
+  it('when the program ends by itself', () => run('exit 0', false));
+  it('when the step is aborted', () => run('wait', true));
 });
 
 describe('an agent with only broken plugins', () => {

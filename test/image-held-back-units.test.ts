@@ -5,6 +5,7 @@ import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DeviceTarget } from '../agent/image/sinks/device-target.ts';
 import { HeldBack, heldRanges } from '../agent/image/sinks/held-back.ts';
 import {
   WriteJournal,
@@ -85,6 +86,37 @@ describe('the write journal', () => {
       /^could not clear \/dev\/ina-not-allowed, left by an image write begun at \S+ that never finished: refusing to clear the signatures of \/dev\/ina-not-allowed/,
     );
     expect(existsSync(file)).toBe(false);
+  });
+
+  it('a write whose clearing fails before its first byte leaves no note (the next start would wipe that disk)', async () => {
+    const file = journalPath(join(dir, 'unclear.json'))!;
+    const target = new DeviceTarget(
+      { path: '/dev/ina-not-allowed', size: 5 * MiB, logicalSectorSize: 512 },
+      new DeviceGuard(['/dev/ina-only-this']),
+      nullLogger,
+      new WriteJournal(file),
+    );
+    await expect(target.prepare()).rejects.toThrow(/refusing to clear the signatures of \/dev\/ina-not-allowed/);
+    expect(existsSync(file)).toBe(false);
+  });
+
+  it('at start, leaves a device named by a note from another boot alone (the path may name another disk)', async () => {
+    const status = join(dir, 'rebooted.json');
+    const file = journalPath(status)!;
+    const earlier = join(dir, 'boot_id');
+    await writeFile(earlier, '00000000-0000-4000-8000-000000000000\n');
+    new WriteJournal(file, earlier).begin('/dev/ina-not-allowed', 5 * MiB);
+    expect(unfinishedWrite(file)?.boot_id).toBe('00000000-0000-4000-8000-000000000000');
+    const line = await clearUnfinishedWrite(status, new DeviceGuard(['/dev/ina-not-allowed']), nullLogger);
+    expect(line).toMatch(
+      /^left \/dev\/ina-not-allowed alone, named by an image write begun at \S+ that never finished: the machine has rebooted since \(boot id 00000000-0000-4000-8000-000000000000, now [0-9a-f-]{36}\)/,
+    );
+    expect(existsSync(file)).toBe(false);
+    // A note without a boot id (an older agent's) cannot be shown to be from this boot either.
+    await writeFile(file, JSON.stringify({ device: '/dev/ina-not-allowed', size: 5 * MiB, started_at: 1 }));
+    expect(await clearUnfinishedWrite(status, new DeviceGuard(['/dev/ina-not-allowed']), nullLogger)).toMatch(
+      /: the machine has rebooted since \(boot id unknown/,
+    );
   });
 
   it('ignores a malformed note', async () => {

@@ -2,8 +2,8 @@
 // `finish` resolved, `commit` not yet called). The image here fills the device exactly, so its backup GPT sits
 // on the device's last LBA, where sgdisk would rebuild the table from it. Before commit no tool finds a table
 // on the device, old or new; after commit the device holds the image, byte for byte. Every write route's sink.
-import { readFile, readdir, stat } from 'node:fs/promises';
-import { basename } from 'node:path';
+import { open, readFile, readdir, stat, writeFile } from 'node:fs/promises';
+import { basename, join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildConfig } from '../agent/config/config.ts';
@@ -124,6 +124,35 @@ describe('the image ends at the device end; killed after finish, before commit',
       await expect(stat(`${file}.head`)).rejects.toThrow(/ENOENT/);
       await expect(stat(`${file}.tail`)).rejects.toThrow(/ENOENT/);
       return sink as Sink<never>;
+    });
+  });
+
+  it('qemu-img, from a qcow2 whose header size is not a multiple of 512 (qemu counts it in whole sectors)', async () => {
+    const part = image.subarray(0, 10 * MiB);
+    const src = join(work.dir, 'odd.raw');
+    await writeFile(src, part);
+    const file = await toQcow2(src, `${src}.qcow2`);
+    const fh = await open(file, 'r+');
+    const header = Buffer.alloc(8);
+    header.writeBigUInt64BE(BigInt(part.length + 100));
+    await fh.write(header, 0, 8, 24);
+    await fh.close();
+    await withLoops([SIZE], async ([loop]) => {
+      const target = new DeviceTarget(
+        { path: loop!.path, size: SIZE, logicalSectorSize: 512 },
+        new DeviceGuard([loop!.path]),
+        nullLogger,
+      );
+      const sink = new QemuImgSink(target, 1024, () => undefined);
+      try {
+        await sink.checkHead();
+        await sink.write({ file, format: 'qcow2', virtualSize: part.length + 100 });
+        await sink.finish();
+        await sink.commit();
+      } finally {
+        await sink.release();
+      }
+      expect((await readDevice(loop!.path, 0, part.length)).equals(part)).toBe(true);
     });
   });
 });

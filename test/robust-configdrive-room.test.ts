@@ -5,7 +5,7 @@
 // head cannot tell (a label beyond it) goes the buffered way and is judged there, before any write. What
 // the write would accept (an old config-2 big enough on a full disk) is not refused.
 import { createHash } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -174,6 +174,28 @@ describe('the config drive room, checked before writing', { timeout: 120_000 }, 
     expect(p2Label).toBe('config-2');
     // The streamed attempt stopped at the head; the buffered one fetched the image again.
     expect(gets).toBe(2);
+  });
+
+  it('the same, when the buffer cannot take the image: streamed to the end, the room judged after the write', async () => {
+    const img = await makeDiskImage(work.dir, { sizeMiB: 40, name: 'reuse-big.raw' });
+    await execa('sgdisk', ['-d', '1', '-n', '1:2048:+32M', '-n', '2:0:+4M', img.path]);
+    const start = Number((await execa('sgdisk', ['-i', '2', img.path])).stdout.match(/First sector: (\d+)/)![1]) * 512;
+    await putConfig2(img.path, start, 4096);
+    // A buffer directory of 16 MiB: the 40 MiB image does not fit it.
+    const small = join(work.dir, `small-buffer-${Math.random()}`);
+    await mkdir(small);
+    await execa('mount', ['-t', 'tmpfs', '-o', 'size=16m', 'tmpfs', small]);
+    try {
+      const { r, p2Label, gets } = await deploy(img.path, 40 * MiB, STREAMED_RAW, drive, {
+        'ipa-image-buffer-dir': small,
+      });
+      expect(r.command_status, JSON.stringify(r.command_error)).toBe('SUCCEEDED');
+      expect(p2Label).toBe('config-2');
+      // One download: the stream was not cut at the head for a buffer that could not hold it.
+      expect(gets).toBe(1);
+    } finally {
+      await execa('umount', [small]);
+    }
   });
 });
 

@@ -1,7 +1,7 @@
 // Request bodies are read under three bounds, before anything is buffered whole: a size limit (413 beyond
 // it, decided from Content-Length when there is one, else while reading), one large body at a time (the
 // others wait their turn with their bytes left in the socket), so that a flood of big POSTs cannot grow the
-// agent's memory with their number, and a minimum rate (408, and the connection closed), so that a client
+// agent's memory with their number, and a stall limit (408, and the connection closed), so that a client
 // that stops sending cannot keep the large-body turn, and the conductor's requests queued behind it, for
 // ever. IPA's API carries small JSON; the largest legitimate body is a deploy with its config drive, at most
 // 64 MiB decoded, gzip-compressed and base64-encoded. The token is checked (app.ts) before a body is read,
@@ -16,28 +16,32 @@ export const MAX_BODY_BYTES = 90 * MiB;
 /** Bodies up to this size are read at once, without waiting for the large-body turn. */
 const SMALL_BODY_BYTES = 1 * MiB;
 /**
- * A body must arrive at BODY_MIN_RATE bytes a second on average, counted after BODY_GRACE_MS from when its
- * reading starts: the largest body gets 10 s + 90 s, a stalled one is cut after 10 s plus what it did send.
- * Loopback and any provisioning network do hundreds of times that; a conductor's body at this rate would
- * already be near Ironic's own request timeout.
+ * A body that delivers nothing for BODY_STALL_MS is cut: that is a client that stopped sending. A slow but
+ * moving one is read (a conductor at an edge site sends a large config drive over a WAN at a few Mbit/s, and
+ * Ironic's own timeout is per socket operation, not for the whole request). Only a trickle that keeps the
+ * stall timer at bay without delivering is cut by the floor: BODY_FLOOR_RATE bytes a second on average,
+ * counted after BODY_FLOOR_GRACE_MS (the largest body then gets 60 s + 48 min).
  */
-export const BODY_GRACE_MS = 10_000;
-export const BODY_MIN_RATE = 1 * MiB;
+export const BODY_STALL_MS = 30_000;
+export const BODY_FLOOR_GRACE_MS = 60_000;
+export const BODY_FLOOR_RATE = 32 * 1024;
 
 export class BodyTooLarge extends Error {}
 export class BodyTooSlow extends Error {}
 
 /**
- * Calls `onSlow` once the bytes `received` fall behind the minimum rate. Only wakes when they would: at the
- * time the bytes received so far stop being enough, then again from there.
+ * Calls `onSlow` once the bytes `received` stop coming (BODY_STALL_MS since the last) or fall behind the floor
+ * rate. Only wakes when one of them could: at the earlier of the two deadlines, then again from there.
  */
-function rateWatch(clock: Clock, onSlow: () => void): { received(n: number): void; stop(): void } {
+function stallWatch(clock: Clock, onSlow: () => void): { received(n: number): void; stop(): void } {
   const start = clock.now();
   let bytes = 0;
+  let last = start;
   let stopped = false;
   const arm = () => {
     if (stopped) return;
-    const wait = start + BODY_GRACE_MS + (bytes / BODY_MIN_RATE) * 1000 - clock.now();
+    const deadline = Math.min(last + BODY_STALL_MS, start + BODY_FLOOR_GRACE_MS + (bytes / BODY_FLOOR_RATE) * 1000);
+    const wait = deadline - clock.now();
     if (wait <= 0) return onSlow();
     clock.timeout(wait).addEventListener('abort', arm, { once: true });
   };
@@ -45,6 +49,7 @@ function rateWatch(clock: Clock, onSlow: () => void): { received(n: number): voi
   return {
     received(n) {
       bytes += n;
+      last = clock.now();
     },
     stop() {
       stopped = true;
@@ -61,7 +66,7 @@ async function readLimited(
   if (!body) return Buffer.alloc(0);
   const reader = body.getReader();
   let slow = false;
-  const watch = rateWatch(clock, () => {
+  const watch = stallWatch(clock, () => {
     slow = true;
     // A pending read() resolves as done; the check after it tells this from the real end.
     reader.cancel().catch(() => undefined);
@@ -90,7 +95,7 @@ async function readLimited(
   return whole ? whole.subarray(0, size) : Buffer.concat(chunks, size);
 }
 
-/** The request-body reader of one app: its large-body turn and the clock its rate is measured on. */
+/** The request-body reader of one app: its large-body turn and the clock its stalls are measured on. */
 export class BodyReader {
   private readonly largeTurn = new FifoLock();
 
@@ -98,14 +103,14 @@ export class BodyReader {
 
   /**
    * Reads the request's body as text and hands it to `use` (which parses it), within the limits above.
-   * Throws BodyTooLarge past `max`, BodyTooSlow when the client falls behind the minimum rate.
+   * Throws BodyTooLarge past `max`, BodyTooSlow when the client stalls (see BODY_STALL_MS).
    */
   async read<T>(c: Context, use: (text: string) => T, max = MAX_BODY_BYTES): Promise<T> {
     const header = c.req.header('content-length');
     const declared = header !== undefined && /^\d+$/.test(header) ? Number(header) : undefined;
     if (declared !== undefined && declared > max) throw new BodyTooLarge();
     const readAndUse = async () => use((await readLimited(c.req.raw.body, declared, max, this.clock)).toString('utf8'));
-    // The rate is measured from when the turn is taken: a body waiting for it is not sending.
+    // The stall and the rate are measured from when the turn is taken: a body waiting for it is not sending.
     if (declared !== undefined && declared <= SMALL_BODY_BYTES) return readAndUse();
     return this.largeTurn.hold(readAndUse);
   }

@@ -81,9 +81,13 @@ export class IronicApi {
     const body = opts.body === undefined ? undefined : JSON.stringify(opts.body);
     let lastError: unknown;
     const end = this.clock.now() + (opts.withinMs ?? Number.POSITIVE_INFINITY);
-    for (const base of [...this.urls]) {
+    const urls = [...this.urls];
+    for (const [i, base] of urls.entries()) {
       // Aborting the request ends it whatever stage it is at: undici destroys the socket and the body.
-      const ms = Math.max(1, Math.min(this.opts.timeoutS * 1000, end - this.clock.now()));
+      // Within a caller's budget each URL gets its share of what is left, so a first one that hangs does not
+      // leave the others a millisecond.
+      const share = (end - this.clock.now()) / (urls.length - i);
+      const ms = Math.max(1, Math.min(this.opts.timeoutS * 1000, share));
       const deadline = this.clock.timeout(ms);
       const signal = opts.signal ? AbortSignal.any([opts.signal, deadline]) : deadline;
       try {

@@ -10,6 +10,7 @@
 import { ConfigDriveError, ImageWriteError } from '../errors.ts';
 import { mbrTailRegion, tailPlacement, MiB, type Region } from '../disk/partition-table.ts';
 import type { ImageView, SinkTarget } from '../image/sinks/sink.ts';
+import type { Logger } from '../log.ts';
 import { identifyDrive, isConfigDriveLabel } from './format.ts';
 import { CONFIG_DRIVE_PARTITION_BYTES } from './partition.ts';
 import type { ConfigDriveImage } from './prepare.ts';
@@ -181,14 +182,29 @@ export async function configDriveRoomProblem(
   return `${table.noNewPartition}, and no partition of it is labelled "config-2"`;
 }
 
-/** The target's precheck for a deploy that adds `drive`: refuses the image before the disk changes. */
-export function configDriveRoomCheck(disk: SinkTarget, drive: ConfigDriveImage): (view: ImageView) => Promise<void> {
+/**
+ * The target's precheck for a deploy that adds `drive`: refuses the image before the disk changes. A stream
+ * whose head cannot tell goes the buffered way when `undecided.buffers` says the buffer takes its declared
+ * size; otherwise it goes on streaming (logged), and the drive's room is judged after the write.
+ */
+export function configDriveRoomCheck(
+  disk: SinkTarget,
+  drive: ConfigDriveImage,
+  undecided?: { buffers(bytes: number | undefined): Promise<boolean>; log: Logger },
+): (view: ImageView) => Promise<void> {
   // A drive rebuilt as VFAT for larger sectors is sized to its partition; only an existing one must hold it as is.
   const ss = disk.logicalSectorSize;
   const driveBytes = drive.sectorSize < ss ? 0 : Math.ceil(drive.bytes.length / ss) * ss;
   return async (view) => {
     const problem = await configDriveRoomProblem(view, disk, driveBytes);
     if (problem === undefined && view.partial) {
+      if (undecided && !(await undecided.buffers(view.totalBytes))) {
+        undecided.log.warn(
+          { device: disk.path, bytes: view.totalBytes ?? null },
+          `whether the config drive fits on ${disk.path} cannot be told from the image's first ${ROOM_HEAD_BYTES} bytes, and the buffer cannot take the image: streaming it, the room is judged after the write`,
+        );
+        return;
+      }
       throw new ImageWriteError(
         `whether the config drive fits on ${disk.path} depends on parts of the image beyond its first ${ROOM_HEAD_BYTES} bytes`,
         { needsBuffer: true },

@@ -2,9 +2,11 @@
 // execute_clean_step (not as step args); a missing key takes IPA's default, and the agent's own
 // ipa-erase-* options stand in where IPA has none to offer (shred's passes when Ironic sent nothing).
 // A value that is there but unusable (iterations "abc" or 1e300, concurrency 0, zeroize "perhaps") refuses
-// the step before any disk is touched: IPA would run with whatever it made of it, or forever.
+// the step before any disk is touched: IPA would run with whatever it made of it, or forever. Ironic's options
+// have minimums only: a large concurrency (a storage node with 90 disks) is clamped, not refused.
 import type { Config } from '../config/config.ts';
 import { InvalidCommandParamsError } from '../errors.ts';
+import type { Logger } from '../log.ts';
 import { BOOLEAN_WORDS, isObject, parseBoolean, parseWholeNumber } from '../parse.ts';
 import type { AgentServices } from '../services.ts';
 
@@ -23,11 +25,11 @@ export interface EraseSettings {
 }
 
 /**
- * Random overwrite passes. One pass is what NIST SP 800-88 asks of an overwrite; ten of a large disk already
- * take days, and more is a typing error rather than a policy.
+ * Random overwrite passes. One pass is what NIST SP 800-88 asks of an overwrite and ten of a large disk already
+ * take days; only an absurd count (1e300, which would run for ever) is refused.
  */
-export const MAX_ERASE_ITERATIONS = 10;
-/** Disks erased at once: the pool never runs more workers than disks, this only bounds a typing error. */
+export const MAX_ERASE_ITERATIONS = 100;
+/** Disks erased at once: more is run at this many (the pool never runs more workers than disks anyway). */
 export const MAX_ERASE_CONCURRENCY = 64;
 
 type Info = Record<string, unknown>;
@@ -55,8 +57,15 @@ function count(info: Info, key: string, min: number, max: number): number | unde
 }
 
 /** The settings from a node's driver_internal_info; throws InvalidCommandParamsError on an unusable value. */
-export function eraseSettingsFrom(driverInternalInfo: unknown, cfg: Config['erase']): EraseSettings {
+export function eraseSettingsFrom(driverInternalInfo: unknown, cfg: Config['erase'], log: Logger): EraseSettings {
   const info = isObject(driverInternalInfo) ? driverInternalInfo : {};
+  const asked = count(info, 'disk_erasure_concurrency', 1, Number.MAX_SAFE_INTEGER) ?? 1;
+  if (asked > MAX_ERASE_CONCURRENCY) {
+    log.warn(
+      { asked, used: MAX_ERASE_CONCURRENCY },
+      `disk_erasure_concurrency ${asked} is run as ${MAX_ERASE_CONCURRENCY}`,
+    );
+  }
   // Every key is read (not only the first that matters) so that any bad value refuses the step.
   const continueNew = bool(info, 'agent_continue_if_secure_erase_failed');
   const continueAta = bool(info, 'agent_continue_if_ata_erase_failed');
@@ -67,7 +76,7 @@ export function eraseSettingsFrom(driverInternalInfo: unknown, cfg: Config['eras
     continueIfSecureEraseFailed: continueNew ?? continueAta ?? false,
     randomPasses: count(info, 'agent_erase_devices_iterations', 0, MAX_ERASE_ITERATIONS) ?? cfg.randomPasses,
     finalZeroPass: bool(info, 'agent_erase_devices_zeroize') ?? cfg.finalZeroPass,
-    concurrency: count(info, 'disk_erasure_concurrency', 1, MAX_ERASE_CONCURRENCY) ?? 1,
+    concurrency: Math.min(asked, MAX_ERASE_CONCURRENCY),
     skipReadOnly: bool(info, 'agent_erase_skip_read_only') ?? false,
     discard: cfg.discardFirst,
   };
@@ -78,7 +87,7 @@ export function eraseSettingsFrom(driverInternalInfo: unknown, cfg: Config['eras
  * (IPA's fail on any with a TypeError): an arg such as `iterations` would otherwise be a knob silently ignored.
  */
 export function eraseSettings(
-  services: Pick<AgentServices, 'config' | 'state'>,
+  services: Pick<AgentServices, 'config' | 'state' | 'log'>,
   args: Record<string, unknown> = {},
 ): EraseSettings {
   const given = Object.keys(args);
@@ -87,5 +96,5 @@ export function eraseSettings(
       `The erase steps take no args (their settings come from the node's driver_internal_info): got ${given.join(', ')}`,
     );
   }
-  return eraseSettingsFrom(services.state.status.node?.driver_internal_info, services.config.erase);
+  return eraseSettingsFrom(services.state.status.node?.driver_internal_info, services.config.erase, services.log);
 }

@@ -195,13 +195,17 @@ function cancelOption(job: PipelineJob): { signal?: AbortSignal } {
   return job.signal ? { signal: job.signal } : {};
 }
 
-/** One pass of source ─▶ sniff ─▶ tap ─▶ gate ─▶ sink; `after` runs before the sink counts as done (verification). */
+/**
+ * One pass of source ─▶ sniff ─▶ tap ─▶ gate ─▶ sink; `after` runs before the sink counts as done (verification),
+ * `committed` after its commit, still inside the drive: a failure there wipes the committed image too.
+ */
 async function pour(
   image: OpenedImage,
   route: Route,
   leg: Leg,
   hash: ImageHash,
   after: (r: SinkResult) => Promise<void>,
+  committed?: (r: SinkResult) => Promise<void>,
 ) {
   const { meter, services } = leg.job;
   try {
@@ -216,6 +220,7 @@ async function pour(
       await after(result);
       // Verified: only now does the disk get the image's first and last MiB, and with them its partition table.
       await sink.commit();
+      await committed?.(result);
     });
     return { result, compression: sniffed.kind };
   } catch (err) {
@@ -239,15 +244,24 @@ async function streamOnce(
   const image = await transfer.open(info.urls);
   meter.setTotal(image.totalBytes ?? null);
   const { result, compression } = await withImageHash(expected.algo, (hash) =>
-    pour(image, route, leg, hash, async () => verifyDigest(expected, await hash.digest(), info.id, image.url)),
+    pour(
+      image,
+      route,
+      leg,
+      hash,
+      async () => verifyDigest(expected, await hash.digest(), info.id, image.url),
+      // As bufferToDevice does: a table that cannot be settled fails the write, and drive() wipes it.
+      async (r) => {
+        meter.start('table', null);
+        await settlePartitionTable(device, r.head, guard, log);
+        leg.target.done();
+      },
+    ),
   );
   log.info(
     { bytes: result.bytes, compression, device: device.path, checksum: expected.algo },
     'image streamed and verified',
   );
-  meter.start('table', null);
-  await settlePartitionTable(device, result.head, guard, log);
-  leg.target.done();
   return result.bytes;
 }
 

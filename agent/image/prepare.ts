@@ -11,6 +11,7 @@ import { DeploymentError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
 import type { Logger } from '../log.ts';
 import type { ImageInfo } from './image-info.ts';
+import { bufferBudget } from './buffer.ts';
 import { writeImage } from './pipeline.ts';
 import { shownUrl } from './url-credentials.ts';
 import { clearSignatures } from '../disk/signatures.ts';
@@ -97,8 +98,18 @@ async function deployImage(
   const { signal } = ctx;
   // Whether the config drive will fit is decided from the image before the disk changes (a stream whose head
   // cannot tell goes the buffered way); a refusal leaves the disk as it was.
+  // The buffered way only for what the buffer would take: the room of a larger one is judged after the write.
+  const undecided = {
+    log,
+    buffers: async (bytes: number | undefined) =>
+      bytes !== undefined &&
+      (await bufferBudget(services.config.image.bufferDir, bytes).then(
+        () => true,
+        () => false,
+      )),
+  };
   const target = drive
-    ? { ...device, precheck: configDriveRoomCheck(device, drive), precheckHeadBytes: ROOM_HEAD_BYTES }
+    ? { ...device, precheck: configDriveRoomCheck(device, drive, undecided), precheckHeadBytes: ROOM_HEAD_BYTES }
     : device;
   const written = await writeImage({ services, info, device: target, meter, signal });
   log.info({ device: device.path, path: written.path, bytes: written.bytes }, 'image written');

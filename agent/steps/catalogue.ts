@@ -184,17 +184,23 @@ export class StepCatalogue {
   }
 
   /**
+   * The candidates whose tool this machine has, in the same order: what list() offers is what a request runs
+   * (a step whose tool is missing is passed over for the next manager's, as in the list).
+   */
+  async available(phase: Phase, name: string): Promise<Candidate[]> {
+    const offered = toolCheck();
+    const found: Candidate[] = [];
+    for (const c of this.candidates(phase, name)) if (await offered(c.step)) found.push(c);
+    return found;
+  }
+
+  /**
    * IPA's get_<phase>_steps result: the winning steps under their manager's class name, and the versions.
    * A step whose tool this machine lacks is not offered, so that Ironic refuses it up front.
    */
   async list(phase: Phase): Promise<Record<string, unknown>> {
     const byName = new Map<string, Candidate>();
-    const hasTools = new Map<string, boolean>();
-    const offered = async (s: StepDescriptor) => {
-      if (!s.tool) return true;
-      if (!hasTools.has(s.tool)) hasTools.set(s.tool, await hasTool(s.tool));
-      return hasTools.get(s.tool)!;
-    };
+    const offered = toolCheck();
     for (const r of this.ranked) {
       for (const s of r.manager.steps) {
         if (s.phases[phase] === undefined || byName.has(s.name) || !(await offered(s))) continue;
@@ -240,5 +246,15 @@ export function listedStep(s: StepDescriptor, phase: Phase): ListedStep {
     abortable: phase !== 'deploy' && s.abortable,
     requires_ramdisk: s.requires_ramdisk,
     ...(s.argsinfo ? { argsinfo: s.argsinfo } : {}),
+  };
+}
+
+/** Whether a step's tool is on this machine, each tool looked up once per call of the returned check. */
+function toolCheck(): (s: StepDescriptor) => Promise<boolean> {
+  const hasTools = new Map<string, boolean>();
+  return async (s) => {
+    if (!s.tool) return true;
+    if (!hasTools.has(s.tool)) hasTools.set(s.tool, await hasTool(s.tool));
+    return hasTools.get(s.tool)!;
   };
 }

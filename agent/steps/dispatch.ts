@@ -42,9 +42,9 @@ export async function executeStep(
 ): Promise<unknown> {
   catalogue.checkVersions(req.version);
   const name = typeof req.step.step === 'string' ? req.step.step : '';
-  const candidates = catalogue
-    .candidates(phase, name)
-    .filter((c) => req.step.interface === undefined || req.step.interface === c.step.interface);
+  const candidates = (await catalogue.available(phase, name)).filter(
+    (c) => req.step.interface === undefined || req.step.interface === c.step.interface,
+  );
   if (candidates.length === 0) {
     throw new HardwareManagerMethodNotFound(
       `No HardwareManager found to handle method: ${String(req.step.interface)}.${String(req.step.step)}`,

@@ -40,13 +40,19 @@ export class DeviceTarget {
         },
       );
     }
-    await this.device.precheck?.({ head, partial: true });
+    await this.device.precheck?.({ head, partial: true, totalBytes: facts.totalBytes });
   }
 
   /** Before a write: notes it in the journal, then clears the device (`clear`). */
   async prepare(): Promise<void> {
     this.journal.begin(this.path, this.device.size);
-    await this.clear();
+    try {
+      await this.clear();
+    } catch (err) {
+      // Nothing of the image was written: a note left behind would have the next start wipe this disk.
+      this.journal.end();
+      throw err;
+    }
   }
 
   /** After a failed write: clears the device; the journal's note goes once that succeeded. */

@@ -66,7 +66,9 @@ export class QemuImgSink implements Sink<InspectedFile> {
     const held = new HeldBack(this.target.device.size);
     this.held = held;
     const image = { 'file.driver': input.format, 'file.file.driver': 'file', 'file.file.filename': input.file };
-    const size = input.virtualSize;
+    // qemu counts an image in whole sectors (a qcow2 whose header says 2 MiB + 100 is 2 MiB to it, as a whole
+    // convert writes it), and its raw driver refuses a window whose size is not a multiple of 512.
+    const size = input.virtualSize - (input.virtualSize % 512);
     const middleEnd = Math.min(size, held.tailStart);
     if (middleEnd > held.headEnd) {
       const middle = middleEnd - held.headEnd;
@@ -92,7 +94,7 @@ export class QemuImgSink implements Sink<InspectedFile> {
         await rm(file, { force: true });
       }
     }
-    this.onProgress(size);
+    this.onProgress(input.virtualSize);
   }
 
   /** One `qemu-img convert [...args] <output>` under the address-space limit; `onPercent` gets its progress. */

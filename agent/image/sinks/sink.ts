@@ -30,6 +30,8 @@ export interface ImageView {
    * image goes the buffered way, where all of it is.
    */
   partial?: boolean;
+  /** The download's declared length, where a stream has one (what the buffered way would have to hold). */
+  totalBytes?: number;
 }
 
 /** What the gate knows when it hands the head over. */
