@@ -159,6 +159,7 @@ describe('deploy steps on a loop device', () => {
         ['erase_devices_metadata', 0],
         ['clean_uefi_nvram', 0],
         ['write_image', 0],
+        ['apply_configuration', 0],
         ['inject_files', 50],
       ]);
     } finally {
