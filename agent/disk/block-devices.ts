@@ -10,6 +10,7 @@ import { BlockDeviceError } from '../errors.ts';
 import { run } from '../exec.ts';
 import { readSys } from '../host/sysfs.ts';
 import { sysByPath, sysHctl, sysIdentity, SYS_BLOCK } from './sysfs.ts';
+import { identitySource, multipathMaps, withoutPaths, type MultipathMap } from '../host/multipath.ts';
 
 export interface BlockDevice {
   /** Kernel name: `sda`, `nvme0n1`, `loop3`. */
@@ -90,16 +91,19 @@ function wanted(row: LsblkRow, loops: Set<string>): boolean {
   return row.type === 'disk' || row.type.startsWith('raid') || row.type === 'mpath';
 }
 
-async function complete(row: LsblkRow, sysBlock: string): Promise<BlockDevice> {
-  const id = await sysIdentity(row.kname, sysBlock);
+async function complete(row: LsblkRow, sysBlock: string, maps: readonly MultipathMap[]): Promise<BlockDevice> {
+  // A multipath map has no identity of its own in sysfs (no udev for DM_SERIAL/DM_WWN): its LUN's, from a path.
+  const idName = identitySource(row.kname, maps);
+  const id = await sysIdentity(idName, sysBlock);
   const base = `${sysBlock}/${row.kname}`;
+  const idBase = `${sysBlock}/${idName}`;
   const wwn = clean(row.wwn) ?? id.wwn;
   return {
     name: row.kname,
     path: row.path || `/dev/${row.kname}`,
     size: Number(row.size),
-    model: clean(row.model) ?? (await readSys(`${base}/device/model`)),
-    vendor: (await readSys(`${base}/device/vendor`)) ?? clean(row.vendor),
+    model: clean(row.model) ?? (await readSys(`${idBase}/device/model`)),
+    vendor: (await readSys(`${idBase}/device/vendor`)) ?? clean(row.vendor),
     serial: clean(row.serial) ?? id.serial,
     wwn,
     wwnWithExtension: id.wwnWithExtension ?? wwn,
@@ -136,7 +140,10 @@ export async function blockDevicesFrom(
     seen.add(row.kname);
     return true;
   });
-  return Promise.all(rows.map((row) => complete(row, sysBlock)));
+  // One disk per multipath LUN: the map, never its paths (agent/host/multipath.ts).
+  const maps = await multipathMaps(sysBlock);
+  const devices = await Promise.all(rows.map((row) => complete(row, sysBlock, maps)));
+  return withoutPaths(devices, maps);
 }
 
 /** The IPA inventory/hint view of a device: the field names hints and `get_hardware_info` use. */
