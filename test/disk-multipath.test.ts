@@ -90,7 +90,7 @@ describe('multipath maps from sysfs', () => {
 });
 
 describe('the disk list with a multipath LUN', () => {
-  it('shows one disk for the LUN: the map, with the serial, WWN, model and vendor of its LUN', async () => {
+  it('shows one disk for the LUN: the map as /dev/dm-N, with the serial, WWN, model and vendor of its LUN', async () => {
     const lsblk = JSON.stringify({
       blockdevices: [
         row('vda', 'disk'),
@@ -104,7 +104,7 @@ describe('the disk list with a multipath LUN', () => {
     expect(devices.map((d) => d.name)).toEqual(['vda', 'dm-0']);
     const map = devices[1]!;
     expect(map).toMatchObject({
-      path: `/dev/mapper/${WWID}`,
+      path: '/dev/dm-0',
       type: 'mpath',
       serial: 'SANLUN0',
       wwn: '0x5000c50015ea71ac',

@@ -100,7 +100,8 @@ async function complete(row: LsblkRow, sysBlock: string, maps: readonly Multipat
   const wwn = clean(row.wwn) ?? id.wwn;
   return {
     name: row.kname,
-    path: row.path || `/dev/${row.kname}`,
+    // A multipath map by its kernel name, as IPA lists it: without udev no /dev/mapper node may exist.
+    path: idName !== row.kname ? `/dev/${row.kname}` : row.path || `/dev/${row.kname}`,
     size: Number(row.size),
     model: clean(row.model) ?? (await readSys(`${idBase}/device/model`)),
     vendor: (await readSys(`${idBase}/device/vendor`)) ?? clean(row.vendor),
