@@ -42,6 +42,11 @@ beforeEach(async () => {
   await put('dm-0/dm/name', `${WWID}\n`);
   await put('dm-0/slaves/sdb', '');
   await put('dm-0/slaves/sda', '');
+  await put('dm-0/size', `${(5 * 2 ** 30) / 512}\n`);
+  await put('dm-0/ro', '0\n');
+  await put('dm-0/queue/rotational', '1\n');
+  await put('dm-0/queue/logical_block_size', '512\n');
+  await put('dm-0/queue/physical_block_size', '4096\n');
   // A partition map kpartx would add on top, and an LVM volume: neither is a LUN.
   await put('dm-1/dm/uuid', `part1-mpath-${WWID}\n`);
   await put('dm-1/slaves/dm-0', '');
@@ -113,6 +118,23 @@ describe('the disk list with a multipath LUN', () => {
       hctl: null,
     });
     expect(devices[0]!.serial).toBe('E2EDISK0');
+  });
+
+  it('lists the map from sysfs when lsblk -d shows only its paths (the map is their holder)', async () => {
+    const lsblk = JSON.stringify({ blockdevices: [row('vda', 'disk'), row('sda', 'disk'), row('sdb', 'disk')] });
+    const devices = await blockDevicesFrom(lsblk, new Set(), block);
+    expect(devices.map((d) => d.name)).toEqual(['vda', 'dm-0']);
+    expect(devices[1]).toMatchObject({
+      path: '/dev/dm-0',
+      type: 'mpath',
+      size: 5 * 2 ** 30,
+      serial: 'SANLUN0',
+      wwn: '0x5000c50015ea71ac',
+      rotational: true,
+      logicalSectorSize: 512,
+      physicalSectorSize: 4096,
+      readOnly: false,
+    });
   });
 
   it('lists paths as disks when no map holds them (multipath did not run)', async () => {

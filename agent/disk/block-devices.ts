@@ -120,6 +120,27 @@ async function complete(row: LsblkRow, sysBlock: string, maps: readonly Multipat
   };
 }
 
+/** A multipath map's row as lsblk would give it, read from sysfs (size in 512-byte units there). */
+async function mapRow(kname: string, sysBlock: string): Promise<LsblkRow> {
+  const q = (f: string) => readSys(`${sysBlock}/${kname}/queue/${f}`);
+  return {
+    kname,
+    path: `/dev/${kname}`,
+    size: Number((await readSys(`${sysBlock}/${kname}/size`)) ?? 0) * 512,
+    model: null,
+    vendor: null,
+    serial: null,
+    wwn: null,
+    rota: await q('rotational'),
+    hctl: null,
+    'log-sec': await q('logical_block_size'),
+    'phy-sec': await q('physical_block_size'),
+    type: 'mpath',
+    tran: null,
+    ro: await readSys(`${sysBlock}/${kname}/ro`),
+  };
+}
+
 /** Whole disks (and allow-listed loop devices), in lsblk order. */
 export async function listBlockDevices(services: Pick<AgentServices, 'config' | 'log'>): Promise<BlockDevice[]> {
   const { stdout } = await run('lsblk', LSBLK_ARGS, { log: services.log, query: true });
@@ -141,8 +162,10 @@ export async function blockDevicesFrom(
     seen.add(row.kname);
     return true;
   });
-  // One disk per multipath LUN: the map, never its paths (agent/host/multipath.ts).
+  // One disk per multipath LUN: the map, never its paths (agent/host/multipath.ts). `lsblk -d` shows only the
+  // paths (the map is their holder), so the map's row comes from sysfs.
   const maps = await multipathMaps(sysBlock);
+  for (const m of maps) if (!seen.has(m.name)) rows.push(await mapRow(m.name, sysBlock));
   const devices = await Promise.all(rows.map((row) => complete(row, sysBlock, maps)));
   return withoutPaths(devices, maps);
 }

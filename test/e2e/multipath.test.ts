@@ -102,7 +102,7 @@ describe('a SAN LUN over two paths in the ramdisk under QEMU', () => {
     const names = disks.map((d) => d.name as string);
     expect(names.filter((n) => /^\/dev\/sd/.test(n))).toEqual([]);
     const luns = disks.filter((d) => d.serial === LUN_SERIAL);
-    expect(luns).toHaveLength(1);
+    expect(luns, JSON.stringify(disks)).toHaveLength(1);
     const map = luns[0]!;
     expect(map.name).toMatch(/^\/dev\/(dm-\d+|mapper\/\S+)$/);
     expect(map).toMatchObject({ size: 5 * GiB, wwn: LUN_WWN, hctl: null });
