@@ -120,26 +120,6 @@ describe('a SAN LUN over two paths in the ramdisk under QEMU', () => {
       os_hash_value: createHash('sha256').update(raw).digest('hex'),
     };
 
-    // Hints naming one path alone: refused, and the error names the map.
-    const started = await agent.command('deploy.execute_deploy_step', {
-      step: {
-        interface: 'deploy',
-        step: 'write_image',
-        priority: 80,
-        reboot_requested: false,
-        args: { image_info: imageInfo },
-      },
-      node: { uuid: node.uuid, properties: { root_device: { name: '/dev/sdb' } }, instance_info: {} },
-      ports: [],
-      deploy_version: { generic_hardware_manager: '1.2' },
-    });
-    expect(started.command_status).toBe('RUNNING');
-    const refused = await agent.waitForCommand('deploy.execute_deploy_step');
-    expect(refused.command_status).toBe('FAILED');
-    const refusal = JSON.stringify(refused.command_error);
-    expect(refusal).toMatch(/\/dev\/sdb, a path of \/dev\/dm-\d+ \(multipath map/);
-    expect((await readDevice(lun, 0, MiB)).every((b) => b === 0)).toBe(true);
-
     // prepare_image without hints: the smallest disk of at least 4 GiB is the LUN, written through its map.
     const tDeploy = Date.now();
     await agent.command('standby.prepare_image', { image_info: imageInfo, configdrive: null });
@@ -171,6 +151,27 @@ describe('a SAN LUN over two paths in the ramdisk under QEMU', () => {
     const erased = [...erasedLine!.matchAll(/\/dev\/[\w/.-]+/g)].map((m) => m[0]);
     expect(erased.sort()).toEqual([map.name, '/dev/vda'].sort());
     expect((await readDevice(lun, 0, MiB)).every((b) => b === 0)).toBe(true);
+    // Last (the step keeps the node it was given): hints naming one path alone are refused, naming the map;
+    // nothing is written (the LUN was erased just before).
+    const started = await agent.command('deploy.execute_deploy_step', {
+      step: {
+        interface: 'deploy',
+        step: 'write_image',
+        priority: 80,
+        reboot_requested: false,
+        args: { image_info: imageInfo },
+      },
+      node: { uuid: node.uuid, properties: { root_device: { name: '/dev/sdb' } }, instance_info: {} },
+      ports: [],
+      deploy_version: {},
+    });
+    expect(started.command_status).toBe('RUNNING');
+    const refused = await agent.waitForCommand('deploy.execute_deploy_step');
+    expect(refused.command_status).toBe('FAILED');
+    const refusal = JSON.stringify(refused.command_error);
+    expect(refusal).toMatch(/\/dev\/sdb, a path of \/dev\/dm-\d+ \(multipath map/);
+    expect((await readDevice(lun, 0, MiB)).every((b) => b === 0)).toBe(true);
+
     report(`multipath e2e: ${((Date.now() - t0) / 1000).toFixed(1)} s in all (${v.accel})`);
   });
 });
