@@ -9,6 +9,7 @@ const CORPORA = ['test/qcow2-reader.test.ts', 'test/qcow2-fuzz.test.ts'];
 const DEVICE = [
   'test/agent-crash-restart.test.ts',
   'test/burnin.test.ts',
+  'test/device-guard-multipath.test.ts',
   'test/deploy-steps.test.ts',
   'test/device-guard.test.ts',
   'test/disk-bootloader.test.ts',

@@ -86,7 +86,8 @@ fs.chardev('/dev/null', 0o666, 1, 3);
 // Shared libraries: soname -> file, over every fetched package's library folders.
 const libs = new Map<string, { pkg: string; path: string }>();
 for (const p of [...pkgs.values()].sort((a, b) => a.name.localeCompare(b.name))) {
-  for (const sub of ['lib/x86_64-linux-gnu', 'usr/lib/x86_64-linux-gnu']) {
+  // multipath-tools keeps its libraries in /lib itself, outside the multiarch folder.
+  for (const sub of ['lib/x86_64-linux-gnu', 'usr/lib/x86_64-linux-gnu', 'lib']) {
     const dir = join(p.root, sub);
     if (!existsSync(dir)) continue;
     for (const f of readdirSync(dir))

@@ -10,6 +10,7 @@ import { BlockDeviceError } from '../errors.ts';
 import { run } from '../exec.ts';
 import { listSys, readSys } from '../host/sysfs.ts';
 import { sysByPath, sysHctl, sysIdentity, SYS_BLOCK } from './sysfs.ts';
+import { identitySource, multipathMaps, withoutPaths, type MultipathMap } from '../host/multipath.ts';
 
 export interface BlockDevice {
   /** Kernel name: `sda`, `nvme0n1`, `loop3`. */
@@ -90,16 +91,20 @@ function wanted(row: LsblkRow, loops: Set<string>): boolean {
   return row.type === 'disk' || row.type.startsWith('raid') || row.type === 'mpath';
 }
 
-async function complete(row: LsblkRow, sysBlock: string): Promise<BlockDevice> {
-  const id = await sysIdentity(row.kname, sysBlock);
+async function complete(row: LsblkRow, sysBlock: string, maps: readonly MultipathMap[]): Promise<BlockDevice> {
+  // A multipath map has no identity of its own in sysfs (no udev for DM_SERIAL/DM_WWN): its LUN's, from a path.
+  const idName = identitySource(row.kname, maps);
+  const id = await sysIdentity(idName, sysBlock);
   const base = `${sysBlock}/${row.kname}`;
+  const idBase = `${sysBlock}/${idName}`;
   const wwn = clean(row.wwn) ?? id.wwn;
   return {
     name: row.kname,
-    path: row.path || `/dev/${row.kname}`,
+    // A multipath map by its kernel name, as IPA lists it: without udev no /dev/mapper node may exist.
+    path: idName !== row.kname ? `/dev/${row.kname}` : row.path || `/dev/${row.kname}`,
     size: Number(row.size),
-    model: clean(row.model) ?? (await readSys(`${base}/device/model`)),
-    vendor: (await readSys(`${base}/device/vendor`)) ?? clean(row.vendor),
+    model: clean(row.model) ?? (await readSys(`${idBase}/device/model`)),
+    vendor: (await readSys(`${idBase}/device/vendor`)) ?? clean(row.vendor),
     serial: clean(row.serial) ?? id.serial,
     wwn,
     wwnWithExtension: id.wwnWithExtension ?? wwn,
@@ -115,7 +120,28 @@ async function complete(row: LsblkRow, sysBlock: string): Promise<BlockDevice> {
   };
 }
 
-/** Whole disks and md arrays (and allow-listed loop devices), in lsblk order. */
+/** A multipath map's row as lsblk would give it, read from sysfs (size in 512-byte units there). */
+async function mapRow(kname: string, sysBlock: string): Promise<LsblkRow> {
+  const q = (f: string) => readSys(`${sysBlock}/${kname}/queue/${f}`);
+  return {
+    kname,
+    path: `/dev/${kname}`,
+    size: Number((await readSys(`${sysBlock}/${kname}/size`)) ?? 0) * 512,
+    model: null,
+    vendor: null,
+    serial: null,
+    wwn: null,
+    rota: await q('rotational'),
+    hctl: null,
+    'log-sec': await q('logical_block_size'),
+    'phy-sec': await q('physical_block_size'),
+    type: 'mpath',
+    tran: null,
+    ro: await readSys(`${sysBlock}/${kname}/ro`),
+  };
+}
+
+/** Whole disks, md arrays and multipath maps (and allow-listed loop devices), in lsblk order. */
 export async function listBlockDevices(services: Pick<AgentServices, 'config' | 'log'>): Promise<BlockDevice[]> {
   return blockDevicesFrom(await lsblkDisks(services.log), await allowlistedNames(services.config.disks.allowlist));
 }
@@ -155,7 +181,12 @@ export async function blockDevicesFrom(
     seen.add(row.kname);
     return true;
   });
-  return Promise.all(rows.map((row) => complete(row, sysBlock)));
+  // One disk per multipath LUN: the map, never its paths (agent/host/multipath.ts). `lsblk -d` shows only the
+  // paths (the map is their holder), so the map's row comes from sysfs.
+  const maps = await multipathMaps(sysBlock);
+  for (const m of maps) if (!seen.has(m.name)) rows.push(await mapRow(m.name, sysBlock));
+  const devices = await Promise.all(rows.map((row) => complete(row, sysBlock, maps)));
+  return withoutPaths(devices, maps);
 }
 
 /** The IPA inventory/hint view of a device: the field names hints and `get_hardware_info` use. */

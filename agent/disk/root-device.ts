@@ -6,6 +6,8 @@ import { DeviceNotFound } from '../errors.ts';
 import { ipaView, listBlockDevices, type BlockDevice } from './block-devices.ts';
 import { matchesHints, type DeviceView } from './hints.ts';
 import { parseHintsOrThrow, skipList } from './skip-list.ts';
+import { pathHintNote } from '../host/multipath.ts';
+import { SYS_BLOCK } from './sysfs.ts';
 
 export const MIN_ROOT_DISK_BYTES = 4 * 2 ** 30;
 
@@ -73,7 +75,7 @@ export async function chooseRootDevice(services: AgentServices, hints?: Record<s
     chosen = usable.find((d) => matchesHints(selectionView(d), parsed));
     if (!chosen) {
       throw new DeviceNotFound(
-        `No suitable device was found for deployment using these hints ${JSON.stringify(given)}. Devices seen: ${seenText}`,
+        `No suitable device was found for deployment using these hints ${JSON.stringify(given)}. Devices seen: ${seenText}${await pathHintNote(given, SYS_BLOCK)}`,
       );
     }
   } else {

@@ -14,6 +14,7 @@ import { basename } from 'node:path';
 import { ProtectedDeviceError } from '../errors.ts';
 import { run } from '../exec.ts';
 import { listSys, readSys } from '../host/sysfs.ts';
+import { pathOfMapReason } from '../host/multipath.ts';
 
 export interface GuardVerdict {
   ok: boolean;
@@ -234,6 +235,9 @@ export class DeviceGuard {
     const loops = await this.loops();
     const notAllowed = await this.notAllowed(name, loops);
     if (notAllowed) return { ok: false, reason: `it is ${notAllowed}` };
+    // A multipath path is the map's LUN, bypassing it (a protected map's paths are also protected below).
+    const mpathPath = await pathOfMapReason(name, this.paths.sysClassBlock);
+    if (mpathPath) return { ok: false, reason: `it is ${mpathPath}` };
     let reason: string | undefined;
     try {
       reason = (await this.protectedSet(loops)).get(name);

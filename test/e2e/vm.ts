@@ -52,6 +52,11 @@ export interface VmOptions {
   smbios?: string[];
   /** Boot through UEFI firmware (OVMF) instead of SeaBIOS: its code, and a writable copy of its variable store. */
   uefi?: { code: string; vars: string };
+  /**
+   * One SAN LUN seen over several paths: a virtio-scsi controller with one `scsi-hd` per path, all on the same
+   * backing file with the same serial and WWN (file locking off, shared writes allowed, as QEMU needs for that).
+   */
+  multipathLun?: { file: string; serial: string; wwn: string; paths: number };
   /** Forward a free loopback port to the guest's SSH port 22 (`Vm.sshPort`). */
   ssh?: boolean;
 }
@@ -145,6 +150,7 @@ export async function startVm(o: VmOptions): Promise<Vm> {
       `virtio-blk-pci,drive=d${i},serial=E2EDISK${i}`,
     ]),
     ...otherDisks(o.otherDisks ?? []),
+    ...multipathLun(o.multipathLun),
     '-netdev',
     netdev,
     '-device',
@@ -277,6 +283,19 @@ function otherDisks(disks: NonNullable<VmOptions['otherDisks']>): string[] {
     if (d.bus === 'nvme') args.push('-device', `nvme,drive=o${i},serial=${d.serial}`);
     else args.push('-device', `ide-hd,drive=o${i},bus=ahci0.${port++},serial=${d.serial}`);
   });
+  return args;
+}
+
+function multipathLun(lun: VmOptions['multipathLun']): string[] {
+  if (!lun) return [];
+  const args = ['-device', 'virtio-scsi-pci,id=mpscsi'];
+  for (let i = 0; i < lun.paths; i++) {
+    args.push('-drive', `file=${lun.file},if=none,id=mp${i},format=raw,cache=unsafe,file.locking=off`);
+    args.push(
+      '-device',
+      `scsi-hd,drive=mp${i},bus=mpscsi.0,channel=0,scsi-id=${i},lun=0,serial=${lun.serial},wwn=${lun.wwn},share-rw=on`,
+    );
+  }
   return args;
 }
 
