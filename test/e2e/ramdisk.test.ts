@@ -474,12 +474,25 @@ describe('the ramdisk under QEMU', () => {
     expect(c.lookups.length).toBeGreaterThan(0);
 
     const agent = c.clientFor(node.uuid, { pollIntervalMs: 1000, pollAttempts: 300 });
+    // As Ironic does: the managers' versions come from the steps listing (the ramdisk carries the suite's plugin
+    // manager beside the generic one), and go back with every step.
+    const listing = await agent.command(
+      'deploy.get_deploy_steps',
+      {
+        node: { uuid: node.uuid, properties: {}, instance_info: {}, driver_internal_info: {} },
+        ports: [],
+      },
+      { wait: true },
+    );
+    const versions = (listing.command_result as unknown as { hardware_manager_version: Record<string, string> })
+      .hardware_manager_version;
+    expect(versions).toMatchObject({ generic_hardware_manager: '1.2', ina_e2e: '1.0' });
     const writeImage = async (args: Record<string, unknown>, properties: Record<string, unknown>) => {
       const started = await agent.command('deploy.execute_deploy_step', {
         step: { interface: 'deploy', step: 'write_image', priority: 80, reboot_requested: false, args },
         node: { uuid: node.uuid, properties, instance_info: {}, driver_internal_info: {} },
         ports: [],
-        deploy_version: { generic_hardware_manager: '1.2' },
+        deploy_version: versions,
       });
       expect(started.command_status).toBe('RUNNING');
       const done = await agent.waitForCommand('deploy.execute_deploy_step');
