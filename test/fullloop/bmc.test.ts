@@ -3,7 +3,7 @@
 // becomes `-boot order=` (SeaBIOS) or `bootindex` (OVMF), soft power off reaches QMP, each boot gets its
 // own serial log.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { until } from '../helpers/until.ts';
@@ -83,6 +83,7 @@ describe.each(['bios', 'uefi'] as const)('bmc.py (%s)', (firmware) => {
     } finally {
       bmc.kill('SIGTERM');
       await new Promise((r) => bmc.once('exit', r));
+      rmSync(dir, { recursive: true, force: true });
     }
   }, 60_000);
 });

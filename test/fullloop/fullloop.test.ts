@@ -4,7 +4,7 @@
 // disk and its cloud-init configures itself from that config drive; undeploy cleans again and leaves
 // the node available and powered off. UEFI first (OVMF, a per-run VARS copy), then SeaBIOS.
 // Runs only inside scripts/fullloop/run.sh's network namespace.
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { formatPhases, type Phase } from './phase-table.ts';
@@ -26,6 +26,7 @@ describe.each(firmwares)('full loop, %s', (firmware) => {
   it('enroll, clean, deploy, instance configures itself from the config drive, undeploy, clean', async () => {
     if (!image) throw new Error('FULLLOOP_IMAGE unset: run through scripts/fullloop/run.sh (npm run test:fullloop)');
     const run = mkdtempSync(`/tmp/fullloop-${firmware}-`);
+    let passed = false;
     const rig = await startRig(firmware, run, image);
     const record = (phase: string, ms: number) => phases.push({ firmware, phase, ms });
     const lastPowerOn = (device: string) =>
@@ -156,8 +157,12 @@ describe.each(firmwares)('full loop, %s', (firmware) => {
       expect(
         rig.bmcEvents().filter((e) => e.text.startsWith('power on') && e.text.includes('device=network')).length,
       ).toBe(3);
+      passed = true;
     } finally {
       await rig.stop();
+      // A passed run leaves nothing behind (its disks are 1.6 GB); a failed one keeps its logs and disks to read.
+      if (passed) rmSync(run, { recursive: true, force: true });
+      else console.log(`full loop ${firmware}: kept ${run} for its logs`);
     }
   });
 });
