@@ -1,11 +1,3 @@
-// SIGKILL (what the OOM killer sends) at random points of a deploy, on every write route: the real agent, spawned
-// with its writes to the loop device throttled, is killed once the deploy's progress passes a point drawn from a
-// seeded source (the seed is printed; INA_KILL_SEED repeats a run). Whatever was on the disk before (an old GPT)
-// and whatever of the new image reached it, the disk then holds no partition table that blkid, sgdisk, wipefs or
-// the kernel finds, as long as the write had begun (the agent's write journal says so); a kill before it leaves
-// the disk as it was. The restarted agent clears a device whose write never finished, and says so. A deploy
-// that is not killed still gives the same disk as `qemu-img convert` of the image.
-import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -15,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seededRandom } from '../agent/seeded-random.ts';
 import { startAgentChild, type AgentChild } from './helpers/agent-child.ts';
 import { call } from './helpers/api-harness.ts';
-import { readDevice } from './helpers/image-agent.ts';
+import { readDevice, startPrepareImage } from './helpers/image-agent.ts';
 import { startImageServer, type ImageServer } from './helpers/image-server.ts';
 import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from './helpers/loop.ts';
 import { compress, makeDiskImage, toQcow2, workDir } from './helpers/make-image.ts';
@@ -137,25 +129,7 @@ async function reaped(pids: number[]): Promise<void> {
 
 async function deploy(a: AgentChild, name: string, file: string, route: Route): Promise<void> {
   const url = await images.serveFile(name, file);
-  const digest = createHash('sha256')
-    .update(await readFile(file))
-    .digest('hex');
-  const r = await call(`${a.url}/v1/commands/`, {
-    method: 'POST',
-    body: JSON.stringify({
-      name: 'standby.prepare_image',
-      params: {
-        image_info: {
-          id: name,
-          urls: [url],
-          os_hash_algo: 'sha256',
-          os_hash_value: digest,
-          disk_format: route.format,
-          stream_raw_images: route.stream,
-        },
-      },
-    }),
-  });
+  const r = await startPrepareImage(a.url, { name, url, file, format: route.format, stream: route.stream });
   expect(r.json.command_status, r.text).toBe('RUNNING');
 }
 

@@ -2,14 +2,13 @@
 // signal through setpriv), and SIGTERM during a write cancels the command, records it as interrupted in
 // the log and the status file, and leaves no writer and no bootable half image behind. The agent runs as
 // its own process with its writes throttled (blkio cgroup), so that a write is surely in progress.
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startAgentChild, type AgentChild } from './helpers/agent-child.ts';
-import { call } from './helpers/api-harness.ts';
-import { readDevice } from './helpers/image-agent.ts';
+import { readDevice, startPrepareImage } from './helpers/image-agent.ts';
 import { startImageServer, type ImageServer } from './helpers/image-server.ts';
 import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from './helpers/loop.ts';
 import { makeDiskImage, toQcow2, workDir } from './helpers/make-image.ts';
@@ -91,25 +90,7 @@ async function startThrottled(): Promise<AgentChild> {
 
 async function deploy(a: AgentChild, name: string, file: string, format: string, stream: boolean): Promise<void> {
   const url = await images.serveFile(name, file);
-  const digest = createHash('sha256')
-    .update(await readFile(file))
-    .digest('hex');
-  const r = await call(`${a.url}/v1/commands/`, {
-    method: 'POST',
-    body: JSON.stringify({
-      name: 'standby.prepare_image',
-      params: {
-        image_info: {
-          id: name,
-          urls: [url],
-          os_hash_algo: 'sha256',
-          os_hash_value: digest,
-          disk_format: format,
-          stream_raw_images: stream,
-        },
-      },
-    }),
-  });
+  const r = await startPrepareImage(a.url, { name, url, file, format, stream });
   expect(r.json.command_status, r.text).toBe('RUNNING');
 }
 

@@ -1,6 +1,6 @@
 // Drives an in-process agent through `standby.prepare_image` / `deploy.execute_deploy_step` over real HTTP
 // on loopback, limited to the test's loop device, and checks what ended up on the device.
-import { open } from 'node:fs/promises';
+import { open, readFile } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import { execa } from 'execa';
 import { call, startAgent, type RunningAgent } from './api-harness.ts';
@@ -93,4 +93,33 @@ export async function isPainted(device: string, size: number): Promise<boolean> 
 export async function readMarker(partition: string): Promise<string> {
   const { stdout } = await execa('debugfs', ['-R', 'cat /ina-marker.txt', partition], { stderr: 'ignore' });
   return stdout.trim();
+}
+
+/**
+ * Starts `standby.prepare_image` (no wait) on the agent at `agentUrl` for `file`, served at `url`, with its sha256:
+ * what a conductor sends for a whole-disk image. Returns the reply as it came.
+ */
+export async function startPrepareImage(
+  agentUrl: string,
+  image: { name: string; url: string; file: string; format: string; stream: boolean },
+): Promise<Awaited<ReturnType<typeof call>>> {
+  const digest = createHash('sha256')
+    .update(await readFile(image.file))
+    .digest('hex');
+  return call(`${agentUrl}/v1/commands/`, {
+    method: 'POST',
+    body: JSON.stringify({
+      name: 'standby.prepare_image',
+      params: {
+        image_info: {
+          id: image.name,
+          urls: [image.url],
+          os_hash_algo: 'sha256',
+          os_hash_value: digest,
+          disk_format: image.format,
+          stream_raw_images: image.stream,
+        },
+      },
+    }),
+  });
 }
