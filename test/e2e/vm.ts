@@ -45,7 +45,13 @@ export interface VmOptions {
    * sends to 127.0.0.1:`hostToGuestPort` arrives on the NIC as it was sent, raw (LLDP, which user-mode networking
    * cannot carry in); the guest's frames go to 127.0.0.1:`guestToHostPort`. After `moreNics`.
    */
-  wireNics?: { mac: string; hostToGuestPort: number; guestToHostPort: number }[];
+  wireNics?: (WireEnds & { mac: string })[];
+  /**
+   * The first NIC (`mac`, user-mode networking) also on such a wire: a QEMU hub joins both, so the NIC that
+   * reaches the host's services also hears the frames sent to `hostToGuestPort`, as a server's PXE NIC hears the
+   * switch it is cabled to. The guest's frames go to both.
+   */
+  bootWire?: WireEnds;
   /** NVMe disks: a raw file each, with the controller's serial number. */
   nvme?: { file: string; serial: string }[];
   /** `-smbios` values, e.g. `type=1,manufacturer=…,product=…,serial=…`. */
@@ -59,6 +65,12 @@ export interface VmOptions {
   multipathLun?: { file: string; serial: string; wwn: string; paths: number };
   /** Forward a free loopback port to the guest's SSH port 22 (`Vm.sshPort`). */
   ssh?: boolean;
+}
+
+/** The host's ends of a NIC's UDP wire (`-netdev socket,udp=`), both on 127.0.0.1. */
+export interface WireEnds {
+  hostToGuestPort: number;
+  guestToHostPort: number;
 }
 
 export interface Vm {
@@ -151,10 +163,7 @@ export async function startVm(o: VmOptions): Promise<Vm> {
     ]),
     ...otherDisks(o.otherDisks ?? []),
     ...multipathLun(o.multipathLun),
-    '-netdev',
-    netdev,
-    '-device',
-    `virtio-net-pci,netdev=n0,mac=${o.mac},romfile=`,
+    ...bootNic(netdev, o.mac, o.bootWire),
     // Each on a subnet of its own: the guest must route to HOST_IN_GUEST through the first NIC.
     ...(o.moreNics ?? []).flatMap((mac, i) => [
       '-netdev',
@@ -164,7 +173,7 @@ export async function startVm(o: VmOptions): Promise<Vm> {
     ]),
     ...(o.wireNics ?? []).flatMap((n, i) => [
       '-netdev',
-      `socket,id=w${i},udp=127.0.0.1:${n.guestToHostPort},localaddr=127.0.0.1:${n.hostToGuestPort}`,
+      wire(`w${i}`, n),
       '-device',
       `virtio-net-pci,netdev=w${i},mac=${n.mac},romfile=`,
     ]),
@@ -261,6 +270,30 @@ export async function startVm(o: VmOptions): Promise<Vm> {
       await exited;
     },
   };
+}
+
+function wire(id: string, ends: WireEnds): string {
+  return `socket,id=${id},udp=127.0.0.1:${ends.guestToHostPort},localaddr=127.0.0.1:${ends.hostToGuestPort}`;
+}
+
+function bootNic(netdev: string, mac: string, ends: WireEnds | undefined): string[] {
+  const nic = (id: string) => ['-device', `virtio-net-pci,netdev=${id},mac=${mac},romfile=`];
+  if (!ends) return ['-netdev', netdev, ...nic('n0')];
+  // hub 0: one port for user-mode networking, one for the wire, one for the NIC; a hub repeats every frame to
+  // all its other ports
+  return [
+    '-netdev',
+    netdev,
+    '-netdev',
+    wire('bw', ends),
+    '-netdev',
+    'hubport,id=h0,hubid=0,netdev=n0',
+    '-netdev',
+    'hubport,id=h1,hubid=0,netdev=bw',
+    '-netdev',
+    'hubport,id=h2,hubid=0',
+    ...nic('h2'),
+  ];
 }
 
 function otherDisks(disks: NonNullable<VmOptions['otherDisks']>): string[] {

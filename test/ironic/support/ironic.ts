@@ -23,6 +23,8 @@ export function ironicKind(): IronicKind {
 }
 
 export interface IronicOptions {
+  /** Which conductor; default INA_IRONIC (ironicKind()). The VM tests (test/e2e/ironic-vm.ts) need sid. */
+  kind?: IronicKind;
   mode?: 'single' | 'split';
   fastTrack?: boolean;
   /** [agent]require_tls; default: the conductor's own default (21.4: false, sid: true). */
@@ -55,7 +57,7 @@ export interface RunningIronic {
 }
 
 export async function startIronic(opts: IronicOptions = {}): Promise<RunningIronic> {
-  const kind = ironicKind();
+  const kind = opts.kind ?? ironicKind();
   const scripts = SCRIPTS[kind];
   const runDir = await mkdtemp(join(tmpdir(), 'ina-ironic-'));
   const mode = opts.mode ?? (process.env.INA_IRONIC_MODE === 'split' ? 'split' : 'single');
