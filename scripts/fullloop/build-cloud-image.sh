@@ -3,6 +3,7 @@
 # cloud-init reading only the ConfigDrive datasource, and GRUB for both firmwares (BIOS boot
 # partition + core.img; EFI at the removable path \EFI\BOOT\BOOTX64.EFI), on GPT. Output: a
 # compressed qcow2 and its sha256, cached outside the tree under a key of everything that goes in.
+# The software RAID suite deploys the same image onto a RAID-1: mdadm in the initramfs and GRUB's mdraid1x.
 #
 # Two cached stages: the mmdebstrap root tarball (slow: ~17 min cold on 2 busy cores), keyed by suite,
 # variant, packages and hook; the disk image, keyed by the rootfs key and this script.
@@ -11,7 +12,7 @@ set -euo pipefail
 cache=${FULLLOOP_CACHE:-/var/cache/ironic-node-agent/fullloop}
 mkdir -p "$cache"
 suite=bookworm variant=minbase
-packages="cloud-init grub-efi-amd64-bin grub-pc-bin ifupdown initramfs-tools iproute2 isc-dhcp-client linux-image-cloud-amd64 netbase systemd-sysv udev zstd"
+packages="cloud-init grub-efi-amd64-bin grub-pc-bin ifupdown initramfs-tools iproute2 isc-dhcp-client linux-image-cloud-amd64 mdadm netbase systemd-sysv udev zstd"
 hook='rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*'
 rootfs_inputs="suite=$suite variant=$variant packages=$packages hook=$hook"
 rootfs_key=$(printf '%s' "$rootfs_inputs" | sha256sum | cut -c1-12)
@@ -109,7 +110,9 @@ set prefix=(\$root)/boot/grub
 configfile \$prefix/grub.cfg
 CFG
 cp "$work/early.cfg" "$mnt/tmp/early.cfg"
-mods="part_gpt part_msdos ext2 fat search search_fs_uuid normal linux configfile echo test"
+# mdraid1x (with diskfilter): the root on a Linux md array, as the software RAID suite deploys it (the kernel then
+# assembles it with the initramfs's mdadm); without an array GRUB finds the root partition as before.
+mods="part_gpt part_msdos ext2 fat search search_fs_uuid normal linux configfile echo test mdraid1x"
 # UEFI: the removable path, which firmware boots with no NVRAM entry. mtools writes the ESP: the
 # builder's kernel need not have vfat.
 chroot "$mnt" grub-mkimage -O x86_64-efi -o /tmp/BOOTX64.EFI -c /tmp/early.cfg -p /boot/grub $mods efi_gop

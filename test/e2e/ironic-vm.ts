@@ -57,6 +57,8 @@ export interface IronicForVm {
   enroll(node: Record<string, unknown> & { name: string }, ports: Record<string, unknown>[]): Promise<string>;
   /** GET on the API with the suite's microversion; anything but 200 throws with Ironic's answer. */
   get<T>(path: string): Promise<T>;
+  /** POST, PUT, PATCH or DELETE with a JSON body; anything but 2xx throws with Ironic's answer. */
+  send<T = unknown>(method: 'POST' | 'PUT' | 'PATCH' | 'DELETE', path: string, body?: unknown): Promise<T>;
   /** Waits for a provision state; another stable state fails at once with last_error and the logs. */
   waitForState(uuid: string, target: string, timeoutMs?: number): Promise<NodeView>;
   /** Waits until the node has an agent_url and a heartbeat from it. */
@@ -89,6 +91,16 @@ export async function startIronicForVm(opts: Omit<IronicOptions, 'kind'> = {}): 
       });
       if (res.status !== 200) throw new Error(`GET ${path}: HTTP ${res.status} ${await res.text()}`);
       return (await res.json()) as T;
+    },
+    send: async <T>(method: string, path: string, body?: unknown) => {
+      const res = await fetch(`${ironic.url}${path}`, {
+        method,
+        headers: { 'X-OpenStack-Ironic-API-Version': ironic.apiVersion, 'Content-Type': 'application/json' },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const text = await res.text();
+      if (res.status < 200 || res.status > 299) throw new Error(`${method} ${path}: HTTP ${res.status} ${text}`);
+      return (text ? JSON.parse(text) : undefined) as T;
     },
     waitForState: (uuid, target, timeoutMs) => waitForState(bm, uuid, target, rig, timeoutMs),
     heartbeated: async (uuid, timeoutMs = 180_000) => {

@@ -1,7 +1,7 @@
-// Boots the built ramdisk in QEMU for the e2e tests: virtio disk files, user-mode networking with
-// `restrict=on` (the guest reaches nothing but the forwards given here), the agent's port forwarded
-// to a free loopback port, and the serial console written to a file. KVM only where a real one is
-// loaded (kvm_intel/kvm_amd); elsewhere TCG.
+// Boots the built ramdisk in QEMU for the e2e tests (or an instance, from its disks through the firmware): virtio
+// disk files, user-mode networking with `restrict=on` (the guest reaches nothing but the forwards given here), the
+// agent's port forwarded to a free loopback port, and the serial console written to a file. KVM only where a real
+// one is loaded (kvm_intel/kvm_amd); elsewhere TCG.
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
@@ -21,10 +21,25 @@ export interface GuestForward {
   hostPort: number;
 }
 
+/** A virtio disk at a fixed PCI slot: the same device path in the firmware whichever other disks are present. */
+export interface SlottedDisk {
+  file: string;
+  serial: string;
+  /** PCI slot on the root bus (0x10 and up are never taken by QEMU's automatic placement here). */
+  pciSlot: number;
+}
+
 export interface VmOptions {
-  /** The first disk (/dev/vda); `moreDisks` follow as /dev/vdb and on. */
-  disk: string;
+  /** The first disk (/dev/vda); `moreDisks` follow as /dev/vdb and on (serials E2EDISK0, 1, …). */
+  disk?: string;
   moreDisks?: string[];
+  /** Virtio disks at fixed PCI slots, after `disk` and `moreDisks`: a disk left out leaves the others in place. */
+  slottedDisks?: SlottedDisk[];
+  /**
+   * `kernel` (default): the built ramdisk, started by QEMU with `append`'s kernel line. `firmware`: the
+   * firmware boots from the disks as a server does (UEFI: the boot entries in `uefi.vars`); `append` is unused.
+   */
+  boot?: 'kernel' | 'firmware';
   /**
    * Disks on other controllers: an NVMe namespace (QEMU's `nvme`), a SATA disk on an AHCI controller, an ISO
    * in a SATA CD-ROM drive (read-only: the guest's /dev/sr0), or a removable USB stick (a BMC's virtual media).
@@ -34,7 +49,7 @@ export interface VmOptions {
   mac: string;
   forwards: GuestForward[];
   /** Kernel parameters beyond the console ones; gets the host port that reaches the agent's 9999. */
-  append: (agentPort: number) => string;
+  append?: (agentPort: number) => string;
   memoryMiB?: number;
   /** Virtual CPUs (default 1). */
   smp?: number;
@@ -128,6 +143,19 @@ export async function startVm(o: VmOptions): Promise<Vm> {
       (f) => `guestfwd=tcp:${HOST_IN_GUEST}:${f.guestPort}-cmd:${process.execPath} ${CONNECTOR} ${f.hostPort}`,
     ),
   ].join(',');
+  const kernelBoot = (o.boot ?? 'kernel') === 'kernel';
+  const virtio = [
+    ...[...(o.disk ? [o.disk] : []), ...(o.moreDisks ?? [])].map((file, i) => ({
+      file,
+      serial: `E2EDISK${i}`,
+      addr: '',
+    })),
+    ...(o.slottedDisks ?? []).map((d) => ({
+      file: d.file,
+      serial: d.serial,
+      addr: `,addr=0x${d.pciSlot.toString(16)}`,
+    })),
+  ];
   const args = [
     '-accel',
     accel,
@@ -147,19 +175,23 @@ export async function startVm(o: VmOptions): Promise<Vm> {
     `socket,id=s0,path=${o.serialLog}.sock,server=on,wait=off,logfile=${o.serialLog}`,
     '-serial',
     'chardev:s0',
-    '-kernel',
-    kernel,
-    '-initrd',
-    join(OUT, 'initramfs.img'),
-    '-append',
-    // The suite's disks are small (64 MiB and up), below the 4 GiB a disk needs to end IPA's start-up wait for a
-    // root device: one look instead of ten, 3 s apart, at every agent start (test/disk-wait.test.ts tests it).
-    `console=ttyS0 panic=-1 quiet loglevel=3 ipa-disk-wait-attempts=1 ${o.append(agentPort)}`,
-    ...[o.disk, ...(o.moreDisks ?? [])].flatMap((file, i) => [
+    ...(kernelBoot
+      ? [
+          '-kernel',
+          kernel,
+          '-initrd',
+          join(OUT, 'initramfs.img'),
+          '-append',
+          // The suite's disks are small (64 MiB and up), below the 4 GiB a disk needs to end IPA's start-up wait
+          // for a root device: one look instead of ten, 3 s apart, at every agent start (test/disk-wait.test.ts).
+          `console=ttyS0 panic=-1 quiet loglevel=3 ipa-disk-wait-attempts=1 ${o.append?.(agentPort) ?? ''}`,
+        ]
+      : []),
+    ...virtio.flatMap((d, i) => [
       '-drive',
-      `file=${file},if=none,id=d${i},format=raw,cache=unsafe`,
+      `file=${d.file},if=none,id=d${i},format=raw,cache=unsafe`,
       '-device',
-      `virtio-blk-pci,drive=d${i},serial=E2EDISK${i}`,
+      `virtio-blk-pci,drive=d${i},serial=${d.serial}${d.addr}`,
     ]),
     ...otherDisks(o.otherDisks ?? []),
     ...multipathLun(o.multipathLun),
