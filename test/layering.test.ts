@@ -85,11 +85,42 @@ function violations(edges: readonly Edge[]): string[] {
   return out;
 }
 
+/** The one process runner: no other module under agent/ starts a process, or imports what could. */
+const RUNNER = join(ROOT, 'exec.ts');
+
+/** Imports of `file` (type imports too) that start processes, when `file` is not the runner. */
+function spawnImports(file: string, text = readFileSync(file, 'utf8')): string[] {
+  if (file === RUNNER) return [];
+  const specs = [
+    ...text.matchAll(/^\s*(?:import|export)\b[^'"]*?\bfrom\s+['"]([^'"]+)['"]/gm),
+    ...text.matchAll(/\b(?:import|require)\(\s*['"]([^'"]+)['"]\s*\)/g),
+  ].map((m) => m[1]!);
+  return specs
+    .filter((s) => /^(?:node:)?child_process$|^execa(?:\/|$)/.test(s))
+    .map((s) => `agent/${relative(ROOT, file)} imports ${s}: processes are started by agent/exec.ts`);
+}
+
 describe('layering of agent/', () => {
   it('no module imports a higher layer, and only the registry imports an extension', () => {
     const edges = sources(ROOT).flatMap((from) => importsOf(from).map((to) => ({ from, to })));
     expect(edges.length).toBeGreaterThan(300);
     expect(violations(edges)).toEqual([]);
+  });
+
+  it('only agent/exec.ts imports node:child_process or execa', () => {
+    expect(sources(ROOT).flatMap((f) => spawnImports(f))).toEqual([]);
+    const text = [
+      "import type { ChildProcess } from 'node:child_process';",
+      "import { execa } from 'execa';",
+      "const { spawn } = require('child_process');",
+      "import { readFile } from 'node:fs';",
+    ].join('\n');
+    expect(spawnImports(join(ROOT, 'image/example.ts'), text)).toEqual([
+      'agent/image/example.ts imports node:child_process: processes are started by agent/exec.ts',
+      'agent/image/example.ts imports execa: processes are started by agent/exec.ts',
+      'agent/image/example.ts imports child_process: processes are started by agent/exec.ts',
+    ]);
+    expect(spawnImports(RUNNER, text)).toEqual([]);
   });
 
   it('catches an upward import, a type import, an extension import and an unplaced file', () => {

@@ -91,7 +91,7 @@ describe('network_data.json: the helper /init runs, inside a network namespace',
     expect(r.exitCode).toBe(1);
     expect(r.stdout).toBe('');
     expect(r.stderr).toMatch(
-      /^network_data\.json: ip -4 route replace 198\.51\.100\.0\/24 via 203\.0\.113\.1 dev p0: /,
+      /^network_data\.json: ip -4 route replace 198\.51\.100\.0\/24 via 203\.0\.113\.1 dev p0 failed \(exit code 2\): /,
     );
     expect((await execa('ip', ['-n', ns, '-4', '-o', 'addr', 'show', 'dev', 'p0'])).stdout).toBe('');
   });

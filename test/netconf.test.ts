@@ -104,4 +104,19 @@ describe('network_data.json (virtual media without DHCP)', () => {
       bad((d) => ({ ...d, networks: [{ ...d.networks[0], routes: [{ network: '0.0.0.0', netmask: '0.0.0.0' }] }] })),
     ).toThrow('networks[0]: a route needs a gateway address');
   });
+
+  it('reads whole numbers (an MTU, a VLAN id, a prefix length) by the rules of agent/parse.ts', () => {
+    const withLink = (patch: Record<string, unknown>) => () =>
+      parseNetworkData({ ...DOC, links: [{ ...DOC.links[0], ...patch }, ...DOC.links.slice(1)] }).links[0]!.mtu;
+    expect([1500, '1500', ' 1500 ', '+1500'].map((mtu) => withLink({ mtu })())).toEqual([1500, 1500, 1500, 1500]);
+    for (const mtu of ['1500.0', '1e3', '0x5dc', -1, 1500.5, true, 'big'])
+      expect(withLink({ mtu }), String(mtu)).toThrow('links[0]: mtu must be a whole number');
+    const address = (ip_address: string) => () =>
+      parseNetworkData({ ...DOC, networks: [{ ...DOC.networks[0], ip_address, netmask: undefined }] }).networks[0]!
+        .prefix;
+    expect(address('192.0.2.9/24')()).toBe(24);
+    expect(address('192.0.2.9/0')()).toBe(0);
+    for (const given of ['192.0.2.9/', '192.0.2.9/33', '192.0.2.9/24.0', '192.0.2.9/0x18', '192.0.2.9'])
+      expect(address(given), given).toThrow(`networks[0]: ${given} needs a netmask or a prefix length`);
+  });
 });
