@@ -68,5 +68,14 @@ describe('debug login', () => {
     await writeFile(join(other, 'etc'), 'a file where a folder should be');
     await startDebugLogin({ debugLogin: { rootPasswordHash: HASH }, rescueRoot: other }, log as never);
     expect(lines[2]).toMatch(/^error debug login not set up: .*(EEXIST|ENOTDIR)/);
+    // A malformed value was left out by the config reader: said at start, and the rest of the login still set up.
+    await startDebugLogin(
+      { debugLogin: { sshKey: KEY, refused: ['rootpwd: expected a crypt(3) hash'] }, rescueRoot: root },
+      log as never,
+    );
+    expect(lines.slice(3)).toEqual([
+      'error debug login: rootpwd: expected a crypt(3) hash; left out, the agent runs on',
+      'info debug login: root by SSH key (sshkey) on port 22',
+    ]);
   });
 });
