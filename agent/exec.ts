@@ -2,7 +2,7 @@
 // (logged, with a timeout, and an error that names the command, exit code and stderr, so a failed sgdisk reads
 // as such in `command_error.details`), `startTool` for one whose pipes the caller wires (decoders, dd,
 // qemu-img, a shell), `runStreamed` for an operator's program, line by line. Every tool that may write runs
-// `mortal`. No other module imports node:child_process or execa (test/layering.test.ts).
+// `mortal`. No other module imports node:child_process or execa (test/project/layering.test.ts).
 import { existsSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
