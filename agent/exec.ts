@@ -1,10 +1,12 @@
-// The one way the agent runs external tools: execa with logging, a timeout, and errors that name the
-// command, exit code and stderr, so a failed sgdisk reads as such in `command_error.details`; streaming tools
-// (decoders, dd) by Node's spawn (`spawnMortal`). Every tool that may write runs `mortal`.
-import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
+// The one way the agent starts processes, with execa as the engine: `run` for a tool that runs to its end
+// (logged, with a timeout, and an error that names the command, exit code and stderr, so a failed sgdisk reads
+// as such in `command_error.details`), `startTool` for one whose pipes the caller wires (decoders, dd,
+// qemu-img, a shell), `runStreamed` for an operator's program, line by line. Every tool that may write runs
+// `mortal`. No other module imports node:child_process or execa (test/project/layering.test.ts).
 import { existsSync } from 'node:fs';
+import type { Readable, Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { execa, type Options, type ResultPromise } from 'execa';
+import { execa } from 'execa';
 import { ToolError } from './errors.ts';
 import type { Logger } from './log.ts';
 
@@ -47,9 +49,13 @@ export function mortal(file: string, args: readonly string[]): [string, string[]
 const SETPRIV =
   ['/usr/bin/setpriv', '/bin/setpriv', '/usr/sbin/setpriv', '/sbin/setpriv'].find((p) => existsSync(p)) ?? 'setpriv';
 
-/** setpriv's own failure to execute the tool (exit 127 and its message), as opposed to the tool's exit. */
-function notExecuted(exitCode: number | undefined, stderr: string): boolean {
-  return exitCode === 127 && /^setpriv: failed to execute/m.test(stderr);
+/**
+ * setpriv's own failure to execute the tool (exit 127 and its message), as opposed to the tool's exit: what
+ * to say about it, or null.
+ */
+function notExecuted(exitCode: number | null | undefined, stderr: string): string | null {
+  const m = exitCode === 127 ? /^setpriv: failed to execute (\S+): (.*)$/m.exec(stderr) : null;
+  return m ? `${m[1]} could not be started: ${m[2]}` : null;
 }
 
 export async function run(file: string, args: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
@@ -85,18 +91,90 @@ export async function run(file: string, args: readonly string[], opts: RunOption
   return { stdout: String(result.stdout ?? ''), stderr: String(result.stderr ?? ''), exitCode };
 }
 
-/**
- * A streaming tool whose pipes the caller wires to other processes and descriptors (a decoder into dd, a shell
- * over the device): Node's own spawn of the `mortal` argv, since execa's subprocess would reject a promise nobody
- * awaits when such a tool fails; the caller reads how it ended (image/sinks/tool-process.ts `exitOf`).
- */
-export function spawnMortal(file: string, args: readonly string[], opts: SpawnOptions): ChildProcess {
-  return spawn(...mortal(file, args), opts);
+/** How a started tool ended. */
+export interface Exit {
+  /** The exit status, or null when a signal ended it. */
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  /** The start of its stderr (about 4000 characters), trimmed. */
+  stderr: string;
+  /** The tool never ran (not installed, not executable): a fault of the ramdisk, not of its input. */
+  notStarted?: string;
 }
 
-/** A long-running tool whose stdio the caller wires itself (qemu-img, the console's shell); see `mortal`. */
-export function spawnTool(file: string, args: readonly string[], opts: Options = {}): ResultPromise {
-  return execa(file, args, { buffer: false, ...opts });
+export const failed = (e: Exit) => e.code !== 0;
+export const reason = (e: Exit) =>
+  e.stderr.slice(0, 2000) || (e.signal ? `killed by ${e.signal}` : `exit code ${e.code}`);
+
+/** Throws a ToolError for a tool that never ran, so that it is not mistaken for a verdict on its input. */
+export function assertStarted(...exits: Exit[]): void {
+  for (const e of exits) if (e.notStarted) throw new ToolError(e.notStarted);
+}
+
+export interface StartOptions {
+  /** A pipe the caller writes (the default), nothing, the agent's own, or another tool's stdout handed over. */
+  stdin?: 'pipe' | 'ignore' | 'inherit' | Readable;
+  /** A pipe the caller reads (the default), nothing, the agent's own, or a descriptor the tool writes itself. */
+  stdout?: 'pipe' | 'ignore' | 'inherit' | number;
+  /** Collected into `Exit.stderr` (the default), or the agent's own (a shell on the console). */
+  stderr?: 'pipe' | 'inherit';
+  /** Added to the agent's environment. */
+  env?: Record<string, string>;
+  /** Stops the tool (SIGTERM) when aborted. */
+  signal?: AbortSignal;
+}
+
+/** A started tool: its pipes, as asked for (null otherwise), and how it ended. */
+export interface Tool {
+  readonly stdin: Writable | null;
+  readonly stdout: Readable | null;
+  /** Settles once the tool has exited and its pipes are closed; never rejects. */
+  readonly exit: Promise<Exit>;
+  /** SIGTERM by default; SIGKILL follows after `KILL_AFTER_MS` if the tool is still there. */
+  kill(signal?: NodeJS.Signals): void;
+}
+
+/** How long a tool asked to stop may take before it is killed. */
+const KILL_AFTER_MS = 2000;
+
+/**
+ * Starts `file` `mortal`ly with its pipes wired as `opts` says: the bytes go from descriptor to descriptor, not
+ * through the agent, where the caller hands over a descriptor or another tool's pipe (execa passes a single
+ * stream or descriptor on to the kernel as it is). Nothing is buffered but the start of stderr; the caller
+ * reads what it asked to read.
+ */
+export function startTool(file: string, args: readonly string[], opts: StartOptions = {}): Tool {
+  const child = execa(...mortal(file, args), {
+    stdin: opts.stdin ?? 'pipe',
+    // execa hands any descriptor to the kernel as it is (lib/stdio/handle.js); its types name only 1 and 2
+    stdout: (opts.stdout ?? 'pipe') as 'pipe',
+    stderr: opts.stderr ?? 'pipe',
+    env: opts.env,
+    buffer: false,
+    reject: false,
+    forceKillAfterDelay: KILL_AFTER_MS,
+    ...(opts.signal ? { cancelSignal: opts.signal } : {}),
+  });
+  let stderr = '';
+  child.stderr?.setEncoding('utf8').on('data', (text: string) => {
+    if (stderr.length < 4000) stderr += text;
+  });
+  const exit = child.then((r): Exit => {
+    if (r.failed && r.exitCode === undefined && !r.signal) {
+      const cause = r.cause instanceof Error ? r.cause.message : String(r.shortMessage);
+      return { code: null, signal: null, stderr, notStarted: `${file} could not be started: ${cause}` };
+    }
+    const code = r.exitCode ?? null;
+    const e = { code, signal: (r.signal as NodeJS.Signals | undefined) ?? null, stderr: stderr.trim() };
+    const notStarted = notExecuted(code, stderr);
+    return notStarted ? { ...e, notStarted } : e;
+  });
+  return {
+    stdin: child.stdin,
+    stdout: child.stdout,
+    exit,
+    kill: (signal) => void child.kill(signal),
+  };
 }
 
 export async function hasTool(file: string): Promise<boolean> {

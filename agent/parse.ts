@@ -1,5 +1,6 @@
-// The rules for values that come from outside (kernel parameters and config files, command params, image_info,
-// node settings, the lookup reply): what counts as an object, a string, a boolean, a whole number. Each caller
+// The rules for values that come from outside (kernel parameters, flags and config files, command params,
+// image_info, node settings, the lookup reply, network_data.json): what counts as an object, a string, a boolean,
+// a number, a whole number. Each caller
 // wraps a refusal in its own error (a config error, HTTP 400, an ignored lookup key). Root-device hints keep a
 // word list of their own (disk/hints.ts), since they compare values as IPA's hint matcher does.
 
@@ -50,9 +51,19 @@ export function parseBoolean(v: unknown): boolean | undefined {
 }
 
 /**
+ * A finite number: a JSON number, or decimal text (`600`, `0.5`, `-1`, `1e3`, spaces around), as Python's
+ * float() reads a number (oslo's FloatOpt). JavaScript's own spellings (`0x10`, `0b1`, `Infinity`) and
+ * anything else are undefined, which every caller refuses.
+ */
+export function parseNumber(v: unknown): number | undefined {
+  const n = typeof v === 'string' && /^\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?\s*$/i.test(v) ? Number(v) : v;
+  return typeof n === 'number' && Number.isFinite(n) ? n : undefined;
+}
+
+/**
  * A whole number from `min` to `max`: a JSON integer, or its decimal digits as text (node fields set from the CLI
- * arrive as text). Anything else (`"abc"`, 2.5, 1e300 past `max`, a boolean) is undefined, which every caller
- * refuses.
+ * arrive as text), as Python's int() reads one (oslo's IntOpt). Anything else (`"abc"`, 2.5, `"1e3"`, 1e300 past
+ * `max`, a boolean) is undefined, which every caller refuses.
  */
 export function parseWholeNumber(v: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
   const n = typeof v === 'string' && /^\s*[+-]?\d+\s*$/.test(v) ? Number(v) : v;

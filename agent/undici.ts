@@ -3,7 +3,7 @@
 // bundle, which the idle agent holds in memory (docs/runtime.md, "Memory on Node 24"). The index also
 // puts request/stream/connect… on Dispatcher.prototype; this module leaves the prototype alone and calls
 // undici's API functions on a dispatcher instead. The paths below are undici's internals, so package.json
-// pins undici exactly and test/undici-deep-imports.test.ts checks that they still resolve.
+// pins undici exactly and test/project/undici-deep-imports.test.ts checks that they still resolve.
 import { isIP } from 'node:net';
 import type { Dispatcher as DispatcherType, buildConnector } from 'undici';
 import AgentClass from 'undici/lib/dispatcher/agent.js';

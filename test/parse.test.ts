@@ -5,7 +5,7 @@ import { optBool } from '../agent/commands/params.ts';
 import { parseLookupReply } from '../agent/conductor/lookup-reply.ts';
 import { buildConfig } from '../agent/config/config.ts';
 import { parseImageInfo } from '../agent/image/image-info.ts';
-import { parseWholeNumber } from '../agent/parse.ts';
+import { parseNumber, parseWholeNumber } from '../agent/parse.ts';
 
 const info = (stream: unknown) =>
   parseImageInfo(
@@ -72,5 +72,27 @@ describe('whole numbers', () => {
     expect([0, 3, '7', ' 10 ', '+2'].map((v) => parseWholeNumber(v, 0, 10))).toEqual([0, 3, 7, 10, 2]);
     const refused = ['abc', '', -1, 2.5, '2.5', 1e300, '1e3', '0x10', 11, true, null, [], {}, Number.NaN];
     for (const v of refused) expect(parseWholeNumber(v, 0, 10), String(v)).toBeUndefined();
+  });
+});
+
+describe('numbers', () => {
+  it('are JSON numbers or decimal text as Python reads them; JavaScript-only spellings are refused', () => {
+    const read = [600, '600', '0.5', ' 2 ', '-1', '+3', '1e3', '1E-1', '.5', '5.'].map((v) => parseNumber(v));
+    expect(read).toEqual([600, 600, 0.5, 2, -1, 3, 1000, 0.1, 0.5, 5]);
+    const refused = ['', ' ', 'abc', '0x10', '0b1', '0o7', 'Infinity', '1_000', '1e', '5..', Number.NaN, Infinity];
+    for (const v of [...refused, true, null, [], {}]) expect(parseNumber(v), String(v)).toBeUndefined();
+  });
+
+  it('in kernel parameters, flags and config files: a number, and a whole one where the option is one', () => {
+    const build = (flags: [string, string][]) => buildConfig(new Map(), new Map([['standalone', 'true'], ...flags]));
+    expect(build([['ipa-lookup-timeout', '1e1']]).lookup.timeoutS).toBe(10);
+    expect(build([['ipa-lookup-timeout', '0.5']]).lookup.timeoutS).toBe(0.5);
+    expect(build([['ipa-listen-port', '+8080']]).listen.port).toBe(8080);
+    expect(() => build([['ipa-lookup-timeout', '0x10']])).toThrow(
+      'flag --ipa-lookup-timeout="0x10": expected a number',
+    );
+    expect(() => build([['ipa-listen-port', '0x10']])).toThrow('flag --ipa-listen-port="0x10": expected a number');
+    for (const v of ['80.0', '8e1', '80.5'])
+      expect(() => build([['ipa-listen-port', v]])).toThrow(`flag --ipa-listen-port="${v}": expected a whole number`);
   });
 });

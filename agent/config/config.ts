@@ -92,8 +92,10 @@ export interface Config {
   /**
    * The debug login of IPA's images (DIB's dynamic-login element): `sshkey` becomes root's only authorized key,
    * `rootpwd` (a crypt(3) hash, base64-encoded unless it starts with `$`) root's password; host/debug-login.ts.
+   * A malformed value is left out and named in `refused` (logged at start) rather than stopping the agent: a typo
+   * in a debugging aid must not keep the node from being deployed or cleaned.
    */
-  debugLogin: { sshKey?: string; rootPasswordHash?: string };
+  debugLogin: { sshKey?: string; rootPasswordHash?: string; refused?: string[] };
   /**
    * The root under which erase_pstore reads `proc/mounts` and clean_uefi_nvram's efibootmgr finds
    * `sys/firmware/efi/efivars`: `/` in a ramdisk; outside one only if given (tests hand in a fake root).
@@ -267,29 +269,26 @@ const SSH_PUBLIC_KEY =
 const CRYPT = /^\$[0-9a-z]+\$[^:\s]+$/;
 
 function debugLoginConfig(r: ParamReader): Config['debugLogin'] {
+  const login: Config['debugLogin'] = {};
+  const refused: string[] = [];
   const sshKey = r.str('sshkey');
   if (sshKey !== undefined) {
-    r.check(
-      'sshkey',
-      sshKey,
-      SSH_PUBLIC_KEY.test(sshKey),
-      'expected one quoted public key, sshkey="ssh-ed25519 AAAA… comment"',
-    );
+    if (SSH_PUBLIC_KEY.test(sshKey)) login.sshKey = sshKey;
+    else
+      refused.push(
+        `sshkey=${JSON.stringify(sshKey)}: expected one quoted public key, sshkey="ssh-ed25519 AAAA… comment"`,
+      );
   }
-  let rootPasswordHash = r.str('rootpwd');
-  if (rootPasswordHash !== undefined && !rootPasswordHash.startsWith('$')) {
+  const rootpwd = r.str('rootpwd');
+  if (rootpwd !== undefined) {
     // As DIB: base64 spares the operator escaping every `$` of the hash (`openssl passwd -6 | base64 -w 0`).
-    rootPasswordHash = Buffer.from(rootPasswordHash, 'base64').toString('latin1');
+    const hash = rootpwd.startsWith('$') ? rootpwd : Buffer.from(rootpwd, 'base64').toString('latin1');
+    if (CRYPT.test(hash)) login.rootPasswordHash = hash;
+    // Its value is never echoed: it may be a password typed in clear.
+    else refused.push('rootpwd: expected a crypt(3) hash ($6$…), or one in base64');
   }
-  if (rootPasswordHash !== undefined) {
-    r.check(
-      'rootpwd',
-      r.str('rootpwd')!,
-      CRYPT.test(rootPasswordHash),
-      'expected a crypt(3) hash ($6$…), or one in base64',
-    );
-  }
-  return { sshKey, rootPasswordHash };
+  if (refused.length > 0) login.refused = refused;
+  return login;
 }
 
 function inspectionConfig(r: ParamReader, apiUrls: readonly string[]): Config['inspection'] {

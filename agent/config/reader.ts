@@ -1,7 +1,8 @@
-// Typed reads over the merged parameter map. Each read remembers the name, so that a flag nobody
-// reads can be reported as unknown; each bad value fails with a one-line error naming the parameter.
+// Typed reads over the merged parameter map, by parse.ts's rules for booleans and numbers. Each read remembers
+// the name, so that a flag nobody reads can be reported as unknown; each bad value fails with a one-line error
+// naming the parameter.
 
-import { BOOLEAN_WORDS, parseBoolean } from '../parse.ts';
+import { BOOLEAN_WORDS, parseBoolean, parseNumber, parseWholeNumber } from '../parse.ts';
 
 export class ConfigError extends Error {}
 
@@ -45,9 +46,9 @@ export class ParamReader {
   ): number {
     const v = this.raw(name);
     if (v === undefined || v === '') return fallback;
-    const n = Number(v);
-    if (!Number.isFinite(n)) return this.fail(name, v, 'expected a number');
-    if (opts.integer && !Number.isInteger(n)) return this.fail(name, v, 'expected a whole number');
+    const n = parseNumber(v) ?? this.fail(name, v, 'expected a number');
+    if (opts.integer && parseWholeNumber(v, -Number.MAX_SAFE_INTEGER) === undefined)
+      return this.fail(name, v, 'expected a whole number');
     if (opts.min !== undefined && n < opts.min)
       return this.fail(name, v, `must be at least ${opts.min}${opts.why ? `: ${opts.why}` : ''}`);
     if (opts.max !== undefined && n > opts.max) return this.fail(name, v, `must be at most ${opts.max}`);

@@ -5,7 +5,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { ParamReader } from '../config/reader.ts';
 import { parseFlags, parseKernelCmdline } from '../config/sources.ts';
-import { spawnTool } from '../exec.ts';
+import { startTool } from '../exec.ts';
 import { countLines, readDisks, readNics, readStatus, tailLines } from './inputs.ts';
 import { keyAction, splitKeys } from './keys.ts';
 import { commandsBody, logBody, renderPage, renderStatus, type ConsoleInput, type ScreenSize } from './screen.ts';
@@ -108,7 +108,8 @@ async function openShell(): Promise<void> {
   setRaw(false);
   process.stdin.pause();
   process.stdout.write('\x1b[H\x1b[2J[console] shell; exit to return to the status screen\r\n');
-  await spawnTool('sh', [], { stdio: 'inherit', reject: false });
+  // mortal, as every started tool: a shell left behind by a killed console would take the keys of the next one
+  await startTool('sh', [], { stdin: 'inherit', stdout: 'inherit', stderr: 'inherit' }).exit;
   process.stdin.resume();
   setRaw(true);
   inShell = false;

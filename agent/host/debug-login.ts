@@ -43,6 +43,7 @@ export async function startDebugLogin(
   log: Pick<Logger, 'info' | 'warn' | 'error'>,
 ): Promise<void> {
   const { debugLogin } = config;
+  for (const why of debugLogin.refused ?? []) log.error({}, `debug login: ${why}; left out, the agent runs on`);
   if (debugLogin.sshKey === undefined && debugLogin.rootPasswordHash === undefined) return;
   if (!config.rescueRoot) {
     log.warn(

@@ -99,7 +99,7 @@ export class Dispatchers {
       bodyTimeout: this.opts.stallTimeoutMs,
       connectTimeout: this.opts.connectTimeoutMs,
       // HTTP/1.1 only, as IPA's client: undici 8 would otherwise offer h2 to HTTPS servers, a second transport
-      // whose breaks, stalls and back-pressure no fault test here covers (test/image-faults.test.ts).
+      // whose breaks, stalls and back-pressure no fault test here covers (test/image/download-faults.device.test.ts).
       allowH2: false,
     };
     const base = proxy

@@ -2,12 +2,12 @@
 // accepted. For plain bytes the head is simply the first bytes; for a compressed download the gate holds the
 // first compressed chunks back and decodes them with a throwaway decoder that is stopped once the head is out.
 // Also the refusals every path shares (a container format disguised as raw, an unsafe header).
-import type { ChildProcess } from 'node:child_process';
 import { InvalidImage } from '../errors.ts';
+import { assertStarted, failed, type Tool } from '../exec.ts';
 import { afterHead, readAtLeast, rest } from './peek.ts';
 import type { ImageInspection } from './inspect.ts';
 import type { Compressed, Compression } from './sniff.ts';
-import { assertStarted, decodeFailure, exitOf, failed, spawnDecoder, type Exit } from './sinks/tool-process.ts';
+import { decodeFailure, startDecoder } from './sinks/tool-process.ts';
 
 type Check = (head: Buffer) => Promise<void>;
 
@@ -28,8 +28,7 @@ const MAX_HELD_BYTES = 8 * 1024 * 1024;
 
 /** A decoder whose output the agent reads only until it has the first `bytes`; then it is stopped. */
 class HeadProbe {
-  private readonly child: ChildProcess;
-  private readonly exit: Promise<Exit>;
+  private readonly child: Tool;
   private readonly parts: Buffer[] = [];
   private length = 0;
   private settled = false;
@@ -39,8 +38,7 @@ class HeadProbe {
     private readonly kind: Compressed,
     private readonly bytes: number,
   ) {
-    this.child = spawnDecoder(kind, 'pipe');
-    this.exit = exitOf(this.child);
+    this.child = startDecoder(kind, 'pipe');
     // The probe may be stopped while it is still being fed.
     this.child.stdin!.on('error', () => undefined);
     const out = this.child.stdout!;
@@ -80,7 +78,7 @@ class HeadProbe {
     // The decoder closed its output early: the image is small, or its data is broken. zstd can still wait
     // for its reading thread then, so its input is closed before waiting for it to exit.
     this.child.stdin!.end();
-    const exit = await this.exit;
+    const exit = await this.child.exit;
     assertStarted(exit);
     if (failed(exit)) throw decodeFailure(this.kind, exit, 'the head of the image');
     return all;
@@ -89,7 +87,7 @@ class HeadProbe {
   async stop(): Promise<void> {
     this.child.kill();
     this.child.stdin!.destroy();
-    await this.exit;
+    await this.child.exit;
   }
 }
 

@@ -16,7 +16,7 @@ export interface Response {
 
 /**
  * What is queued before undici is asked to stop reading the socket: what its own body stream held, so that the
- * download pauses as before (the same speed at 64 and 256 KiB in the bench; test/http-fin-backpressure.test.ts
+ * download pauses as before (the same speed at 64 and 256 KiB in the bench; test/image/http-fin-backpressure.device.test.ts
  * needs images of 192 KiB to pause it).
  */
 const HIGH_WATER = 64 * 1024;

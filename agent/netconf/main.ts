@@ -6,8 +6,8 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { execa } from 'execa';
 import { parseFlags } from '../config/sources.ts';
+import { run } from '../exec.ts';
 import { listSys, readSys } from '../host/sysfs.ts';
 import { type NetworkData, parseNetworkData, planNetwork, type Plan } from './network-data.ts';
 
@@ -34,17 +34,16 @@ async function nicsNamedBy(data: NetworkData, sysClassNet: string): Promise<Map<
   }
 }
 
-async function ip(args: string[]): Promise<void> {
-  const r = await execa('ip', args, { reject: false });
-  if (r.exitCode !== 0) throw new Error(`ip ${args.join(' ')}: ${(r.stderr || `exit ${r.exitCode}`).trim()}`);
+/** A module the plan needs; one built into the kernel, or missing, is left to the `ip` steps to report. */
+async function loadModule(args: string[]): Promise<void> {
+  await run('modprobe', ['-q', ...args]).catch(() => undefined);
 }
 
 async function apply(plan: Plan, sysClassNet: string): Promise<void> {
-  if (plan.steps.some((s) => 'sysfs' in s))
-    await execa('modprobe', ['-q', 'bonding', 'max_bonds=0'], { reject: false });
-  if (plan.created.some((name) => name.includes('.'))) await execa('modprobe', ['-q', '8021q'], { reject: false });
+  if (plan.steps.some((s) => 'sysfs' in s)) await loadModule(['bonding', 'max_bonds=0']);
+  if (plan.created.some((name) => name.includes('.'))) await loadModule(['8021q']);
   for (const step of plan.steps) {
-    if ('ip' in step) await ip(step.ip);
+    if ('ip' in step) await run('ip', step.ip);
     else {
       try {
         writeFileSync(join(sysClassNet, step.sysfs), step.value);
@@ -57,8 +56,8 @@ async function apply(plan: Plan, sysClassNet: string): Promise<void> {
 
 /** What a failed plan leaves is taken away, so that DHCP starts from clean NICs. */
 async function undo(plan: Plan): Promise<void> {
-  for (const name of [...plan.created].reverse()) await ip(['link', 'del', name]).catch(() => undefined);
-  for (const name of plan.configured) await ip(['addr', 'flush', 'dev', name]).catch(() => undefined);
+  for (const name of [...plan.created].reverse()) await run('ip', ['link', 'del', name]).catch(() => undefined);
+  for (const name of plan.configured) await run('ip', ['addr', 'flush', 'dev', name]).catch(() => undefined);
 }
 
 async function main(): Promise<void> {

@@ -3,7 +3,7 @@
 // /init runs this plan before any DHCP client starts (docs/ipa-compat.md, "Virtual media"). Parsed once, with
 // a clear refusal for anything malformed; turned into `ip` commands by a pure function the tests run as is.
 import { isIP } from 'node:net';
-import { isObject } from '../parse.ts';
+import { isObject, parseWholeNumber } from '../parse.ts';
 
 export interface Link {
   id: string;
@@ -53,9 +53,7 @@ function str(o: Record<string, unknown>, key: string, where: string): string | u
 function int(o: Record<string, unknown>, key: string, where: string): number | undefined {
   const v = o[key];
   if (v === undefined || v === null) return undefined;
-  const n = typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : v;
-  if (typeof n !== 'number' || !Number.isInteger(n) || n < 0) fail(where, `${key} must be a whole number`);
-  return n;
+  return parseWholeNumber(v, 0) ?? fail(where, `${key} must be a whole number`);
 }
 
 /** The prefix length of a netmask (dotted IPv4 or IPv6); its bits must be contiguous. */
@@ -108,9 +106,13 @@ function parseNetwork(v: unknown, i: number): Network {
   const family = type === 'ipv4' ? 4 : 6;
   if (isIP(address) !== family) fail(where, `ip_address ${given} is not an IPv${family} address`);
   const netmask = str(v, 'netmask', where);
-  const prefix = inline !== undefined ? Number(inline) : netmask ? prefixOf(netmask, where) : undefined;
-  if (prefix === undefined || !Number.isInteger(prefix) || prefix < 0 || prefix > (family === 4 ? 32 : 128))
-    fail(where, `${given} needs a netmask or a prefix length`);
+  const prefix =
+    inline !== undefined
+      ? parseWholeNumber(inline, 0, family === 4 ? 32 : 128)
+      : netmask
+        ? prefixOf(netmask, where)
+        : undefined;
+  if (prefix === undefined) fail(where, `${given} needs a netmask or a prefix length`);
   return { ...net, address, prefix };
 }
 

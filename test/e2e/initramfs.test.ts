@@ -118,7 +118,7 @@ describe('the built initramfs', () => {
       .join('\n');
     // A tool the agent first asks for with hasTool() is optional: the ramdisk may leave it out on purpose.
     const optional = new Set([...source.matchAll(/\bhasTool\(\s*'([\w.-]+)'/g)].map((m) => m[1]!));
-    const named = [...source.matchAll(/\b(?:run|spawnTool|execa)\(\s*'([\w.-]+)'/g)]
+    const named = [...source.matchAll(/\b(?:run|startTool|execa)\(\s*'([\w.-]+)'/g)]
       .map((m) => m[1]!)
       .filter((tool) => !optional.has(tool));
     // Named through a variable or run by another tool: the decoders, qemu-img under prlimit, the table

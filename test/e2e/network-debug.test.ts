@@ -7,7 +7,6 @@
 // - `sshkey="…"` (DIB dynamic-login's parameter): root logs in with the test's key through the forwarded port 22,
 //   and by key only. The other side, no `sshkey` and nothing on port 22, is the rescue test's boot
 //   (ramdisk.test.ts).
-import { createSocket, type Socket } from 'node:dgram';
 import { truncate, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -17,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseLldpFrame } from '../../agent/inspect/lldp.ts';
 import { switchFrame } from '../helpers/lldp-frames.ts';
 import { workDir } from '../helpers/make-image.ts';
+import { switchWire, type SwitchWire } from './switch-wire.ts';
 import { HOST_IN_GUEST, OUT, startVm, until, type Vm } from './vm.ts';
 
 const CALLBACK_PORT = 5051;
@@ -27,17 +27,8 @@ const hex = (s: string) => Buffer.from(s).toString('hex');
 let work: Awaited<ReturnType<typeof workDir>>;
 let vm: Vm | undefined;
 let server: Server;
-let sender: NodeJS.Timeout | undefined;
-const sockets: Socket[] = [];
+let switchSide: SwitchWire | undefined;
 const posts: Record<string, any>[] = [];
-
-/** A UDP socket bound on loopback (port 0: any free one). */
-async function udp(port = 0): Promise<Socket> {
-  const s = createSocket('udp4');
-  await new Promise<void>((resolve, reject) => s.once('error', reject).bind(port, '127.0.0.1', resolve));
-  sockets.push(s);
-  return s;
-}
 
 beforeAll(async () => {
   work = await workDir('ina-e2e-netdebug-');
@@ -51,12 +42,11 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  clearInterval(sender);
+  switchSide?.close();
   if (vm) {
     await vm.kill();
     await writeFile(join(OUT, 'e2e-serial-network-debug.log'), vm.serial());
   }
-  for (const s of sockets) s.close();
   await new Promise((r) => server.close(r));
   await work?.cleanup();
 });
@@ -76,24 +66,14 @@ describe('network and debug login in QEMU', () => {
     await writeFile(vda, '');
     await truncate(vda, 64 * 1024 * 1024);
 
-    // The switch side of the wire: the guest's frames land on `fromGuest` (unread), the test's go to QEMU's port,
-    // taken from a socket closed just before QEMU binds it.
-    const fromGuest = await udp();
-    const probe = await udp();
-    const toGuestPort = (probe.address() as AddressInfo).port;
-    probe.close();
-    sockets.splice(sockets.indexOf(probe), 1);
-    const switchPort = await udp();
     const frame = switchFrame(SWITCH);
-    sender = setInterval(() => switchPort.send(frame, toGuestPort, '127.0.0.1'), 200);
+    switchSide = await switchWire(frame);
 
     vm = await startVm({
       disk: vda,
       serialLog: join(work.dir, 'serial.log'),
       mac: MACS.boot,
-      wireNics: [
-        { mac: MACS.wire, hostToGuestPort: toGuestPort, guestToHostPort: (fromGuest.address() as AddressInfo).port },
-      ],
+      wireNics: [{ mac: MACS.wire, ...switchSide }],
       forwards: [{ guestPort: CALLBACK_PORT, hostPort: (server.address() as AddressInfo).port }],
       ssh: true,
       append: () =>

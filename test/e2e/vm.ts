@@ -183,7 +183,7 @@ export async function startVm(o: VmOptions): Promise<Vm> {
           join(OUT, 'initramfs.img'),
           '-append',
           // The suite's disks are small (64 MiB and up), below the 4 GiB a disk needs to end IPA's start-up wait
-          // for a root device: one look instead of ten, 3 s apart, at every agent start (test/disk-wait.test.ts).
+          // for a root device: one look instead of ten, 3 s apart, at every agent start (test/disk/wait.test.ts).
           `console=ttyS0 panic=-1 quiet loglevel=3 ipa-disk-wait-attempts=1 ${o.append?.(agentPort) ?? ''}`,
         ]
       : []),

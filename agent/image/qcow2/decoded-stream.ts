@@ -1,11 +1,12 @@
 // A qcow2 image inside gzip, zstd or xz: decoded by the same tools as every compressed image (sniff.ts),
 // but read back by the agent, because the qcow2 reader has to see the image's bytes to place them.
-import { assertStarted, decodeFailure, exitOf, failed, feed, spawnDecoder } from '../sinks/tool-process.ts';
+import { assertStarted, failed } from '../../exec.ts';
+import { decodeFailure, feed, startDecoder } from '../sinks/tool-process.ts';
 import type { Compressed } from '../sniff.ts';
 
 export async function* decodedStream(kind: Compressed, compressed: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
-  const child = spawnDecoder(kind, 'pipe');
-  const exit = exitOf(child);
+  const child = startDecoder(kind, 'pipe');
+  const exit = child.exit;
   const fed = feed(compressed, child.stdin!, exit);
   // A failed download leaves the decoder waiting for input: stop it, so that its output ends too.
   fed.catch(() => child.kill());

@@ -3,9 +3,7 @@
 // ranges. One shell per image takes the ranges on its stdin and runs blkdiscard for each, rather than one tool
 // started per range: starting a process blocks the agent's main thread for its fork and exec (5 to 15 ms
 // each on a busy 2-core machine, docs/qcow2-streaming.md), and the download waits for that thread.
-import type { ChildProcess } from 'node:child_process';
-import { spawnMortal } from '../../exec.ts';
-import { exitOf, reason, type Exit } from '../sinks/tool-process.ts';
+import { type Exit, reason, startTool, type Tool } from '../../exec.ts';
 
 // Each range done is echoed, so that a failure leaves only the ranges not done to be written instead.
 // Stopped, the shell stops its blkdiscard too (only the shell has the parent-death signal).
@@ -23,7 +21,7 @@ const SCRIPT = [
 ].join('\n');
 
 export class DeviceZeroing {
-  private child: ChildProcess | null = null;
+  private child: Tool | null = null;
   private exit: Promise<Exit> | null = null;
   /** Every range handed over, in order; the first `done` of them are zeroed. */
   private readonly ranges: [number, number][] = [];
@@ -45,13 +43,13 @@ export class DeviceZeroing {
     child.stdin?.write(`${start} ${length}\n`);
   }
 
-  private start(): ChildProcess {
-    const child = spawnMortal('sh', ['-c', SCRIPT, 'zeroout', this.device], { stdio: ['pipe', 'pipe', 'pipe'] });
+  private start(): Tool {
+    const child = startTool('sh', ['-c', SCRIPT, 'zeroout', this.device]);
     child.stdin?.on('error', () => undefined);
     child.stdout?.setEncoding('utf8').on('data', (text: string) => {
       for (const c of text) if (c === '\n') this.done++;
     });
-    this.exit = exitOf(child).finally(() => {
+    this.exit = child.exit.finally(() => {
       this.ended = true;
     });
     this.child = child;

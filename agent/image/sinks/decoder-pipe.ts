@@ -7,15 +7,14 @@
 // verified, so that a SIGKILLed agent leaves no partition table behind.
 // The agent still sees the decoded head before anything is written: the gate (gates.ts) decodes it with a
 // throwaway decoder and hands it to checkHead.
-import type { ChildProcess } from 'node:child_process';
 import { ImageWriteError } from '../../errors.ts';
-import { mortal, spawnMortal } from '../../exec.ts';
+import { assertStarted, type Exit, failed, mortal, reason, startTool, type Tool } from '../../exec.ts';
 import { INSPECT_HEAD_BYTES } from '../inspect.ts';
 import type { Compressed } from '../sniff.ts';
 import type { DeviceTarget } from './device-target.ts';
 import { HeldBack } from './held-back.ts';
 import type { HeadFacts, Sink, SinkResult } from './sink.ts';
-import { assertStarted, decodeFailure, exitOf, failed, feed, reason, spawnDecoder, type Exit } from './tool-process.ts';
+import { decodeFailure, feed, startDecoder } from './tool-process.ts';
 
 // The three steps on the decoder's output, each a child with the parent-death signal (the shell's own is no
 // help to them) and waited for in the background, so that a TERM stops the step at once and the shell exits only
@@ -34,9 +33,9 @@ const SCRIPT = [
 ].join('\n');
 
 /**
- * `<tool> -dc | dd of=<device>`: compressed bytes in, the decoded image on the device. Spawned with
- * node:child_process rather than execa: handed a stream for stdout, execa pumps the data through the
- * agent, which is the cost this path exists to avoid; child_process gives the decoder dd's pipe itself.
+ * `<tool> -dc | dd of=<device>`: compressed bytes in, the decoded image on the device. The shell gets the
+ * decoder's stdout pipe itself as its stdin, so that the decoded bytes go from one tool to the other in the
+ * kernel, not through the agent.
  */
 export class DecoderPipe implements Sink {
   readonly name = 'decoder pipe';
@@ -51,13 +50,13 @@ export class DecoderPipe implements Sink {
   private constructor(
     private readonly kind: Compressed,
     private readonly target: DeviceTarget,
-    private readonly decoder: ChildProcess,
-    private readonly dd: ChildProcess,
+    private readonly decoder: Tool,
+    private readonly dd: Tool,
     private readonly held: HeldBack,
   ) {
     this.headBytes = target.headBytes;
-    this.decoded = exitOf(decoder);
-    this.copied = exitOf(dd);
+    this.decoded = decoder.exit;
+    this.copied = dd.exit;
     // A decoder that dies leaves its stdin broken; the exit status tells the story.
     decoder.stdin!.on('error', () => undefined);
     dd.stdout!.on('data', (bytes: Buffer) => this.hold(bytes));
@@ -69,13 +68,14 @@ export class DecoderPipe implements Sink {
     const held = new HeldBack(target.device.size);
     const [setpriv] = mortal('true', []);
     const args = [setpriv, device, String(held.headEnd), String(held.tailStart - held.headEnd)];
-    const dd = spawnMortal('sh', ['-c', SCRIPT, 'decoded-image', ...args], {
-      stdio: ['pipe', 'pipe', 'pipe'],
-      env: { ...process.env, LC_ALL: 'C' },
+    const decoder = startDecoder(kind, 'pipe');
+    const dd = startTool('sh', ['-c', SCRIPT, 'decoded-image', ...args], {
+      // none when the decoder could not be started, which its exit tells
+      stdin: decoder.stdout ?? 'ignore',
+      env: { LC_ALL: 'C' },
     });
-    const decoder = spawnDecoder(kind, dd.stdin!);
-    // The decoder holds the pipe's write end now; dd sees the end of its input when the decoder exits.
-    dd.stdin!.destroy();
+    // The shell holds the pipe's read end now (nothing was read from it: the decoder has had no input yet).
+    decoder.stdout?.destroy();
     return new DecoderPipe(kind, target, decoder, dd, held);
   }
 

@@ -3,11 +3,11 @@
 // write the file (docs/performance.md, "Figures from code comments"). The decoder runs under RLIMIT_FSIZE (prlimit), so
 // the kernel stops it at the bytes the buffer may take, however much a
 // stream would decode to.
-import type { ChildProcess } from 'node:child_process';
 import { open, type FileHandle } from 'node:fs/promises';
 import { ImageWriteError, ToolError, errorText } from '../../errors.ts';
+import { assertStarted, failed, reason, type Tool } from '../../exec.ts';
 import { DECODER_TOOL, type Compressed } from '../sniff.ts';
-import { assertStarted, decodeFailure, exitOf, failed, feed, reason, spawnDecoder, type Exit } from './tool-process.ts';
+import { decodeFailure, feed, startDecoder } from './tool-process.ts';
 
 /** Decodes `compressed` into `file` (created or truncated), at most `limit` bytes. */
 export async function decodeToFile(
@@ -23,14 +23,11 @@ export async function decodeToFile(
   } catch (err) {
     throw new ImageWriteError(`cannot open the buffer file ${file}: ${errorText(err)}`);
   }
-  let child: ChildProcess | undefined;
-  let exit: Promise<Exit> | undefined;
+  let child: Tool | undefined;
   try {
-    child = spawnDecoder(kind, fh.fd, limit);
-    // Before any await: a decoder that cannot start exits at once, and its exit must not go unseen.
-    exit = exitOf(child);
-    await feed(compressed, child.stdin!, exit);
-    const e = await exit;
+    child = startDecoder(kind, fh.fd, limit);
+    await feed(compressed, child.stdin!, child.exit);
+    const e = await child.exit;
     assertStarted(e);
     // prlimit's own status when it cannot execute the decoder: a fault of the ramdisk, not of the image.
     if (e.code === 126 || e.code === 127) throw new ToolError(`${tool} could not be started: ${reason(e)}`);
@@ -47,7 +44,7 @@ export async function decodeToFile(
   } finally {
     // Nothing may still write the file once this returns: the caller deletes it.
     child?.kill();
-    await exit;
+    await child?.exit;
     await fh.close();
   }
 }

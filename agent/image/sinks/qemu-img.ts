@@ -8,7 +8,7 @@
 // qemu-img or the agent killed mid-conversion leave no partition table.
 import { readFile, rm } from 'node:fs/promises';
 import { ImageWriteError } from '../../errors.ts';
-import { mortal, spawnTool } from '../../exec.ts';
+import { reason, startTool, type Tool } from '../../exec.ts';
 import { INSPECT_HEAD_BYTES } from '../inspect.ts';
 import { flushDevice } from '../settle.ts';
 import type { DeviceTarget } from './device-target.ts';
@@ -33,16 +33,10 @@ export interface InspectedFile {
   virtualSize: number;
 }
 
-interface ToolFailure {
-  exitCode?: number;
-  stderr?: string;
-  shortMessage?: string;
-}
-
 export class QemuImgSink implements Sink<InspectedFile> {
   readonly name = 'qemu-img';
   readonly headBytes = 0;
-  private child: ReturnType<typeof spawnTool> | null = null;
+  private child: Tool | null = null;
   private virtualSize = 0;
   private held: HeldBack | null = null;
 
@@ -103,11 +97,10 @@ export class QemuImgSink implements Sink<InspectedFile> {
     const all = [`--as=${this.memoryLimitMiB * 1024 * 1024}`, '--', 'qemu-img', 'convert', '-p', ...args, output];
     this.signal?.throwIfAborted();
     log.info({ cmd: `prlimit ${all.join(' ')}` }, 'converting image');
-    const child = spawnTool(...mortal('prlimit', all), {
+    const child = startTool('prlimit', all, {
       env: { MALLOC_ARENA_MAX: '3', LC_ALL: 'C' },
-      buffer: { stdout: false, stderr: true },
       stdin: 'ignore',
-      ...(this.signal ? { cancelSignal: this.signal, forceKillAfterDelay: 2000 } : {}),
+      ...(this.signal ? { signal: this.signal } : {}),
     });
     this.child = child;
     child.stdout?.setEncoding('utf8').on('data', (text: string) => {
@@ -115,15 +108,12 @@ export class QemuImgSink implements Sink<InspectedFile> {
       if (last) onPercent(Number(last[1]));
     });
     try {
-      await child;
-    } catch (err) {
+      const exit = await child.exit;
+      if (exit.code === 0) return;
       this.signal?.throwIfAborted();
-      const f = err as ToolFailure;
-      const stderr = String(f.stderr ?? '')
-        .trim()
-        .slice(0, 2000);
+      const stderr = exit.stderr.slice(0, 2000);
       throw new ImageWriteError(
-        `Writing image to device ${device} failed with exit code ${f.exitCode ?? 'unknown'}. stderr: ${stderr || f.shortMessage}`,
+        `Writing image to device ${device} failed with exit code ${exit.code ?? 'unknown'}. stderr: ${reason(exit)}`,
         { transient: MEMORY_ERRORS.test(stderr) },
       );
     } finally {
@@ -145,7 +135,7 @@ export class QemuImgSink implements Sink<InspectedFile> {
     const child = this.child;
     if (!child) return;
     child.kill();
-    await child.catch(() => undefined);
+    await child.exit;
   }
 
   wipe(): Promise<void> {
