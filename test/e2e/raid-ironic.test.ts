@@ -170,6 +170,8 @@ async function bytesAt(file: string, at: number, length: number): Promise<Buffer
 interface GptPartition {
   number: number;
   type: string;
+  /** The partition's unique GUID, which a firmware boot entry's HD() node names. */
+  guid: string;
   firstByte: number;
   lastByte: number;
   name: string;
@@ -190,6 +192,7 @@ async function gpt(file: string): Promise<GptPartition[]> {
     parts.push({
       number: i + 1,
       type: guid(e.subarray(0, 16)),
+      guid: guid(e.subarray(16, 32)),
       firstByte: Number(e.readBigUInt64LE(32)) * 512,
       lastByte: Number(e.readBigUInt64LE(40)) * 512 + 511,
       name: e.subarray(56, 128).toString('utf16le').replace(/\0.*$/s, ''),
@@ -419,7 +422,7 @@ describe.skipIf(unavailable)(
     );
 
     /** Boots the instance from `disks` through OVMF and its NVRAM; returns the boot entry the firmware started. */
-    async function bootInstance(label: string, disks: SlottedDisk[]): Promise<string> {
+    async function bootInstance(label: string, disks: SlottedDisk[]): Promise<{ entry: string; path: string }> {
       const v = await startVm({
         boot: 'firmware',
         slottedDisks: disks,
@@ -460,7 +463,7 @@ describe.skipIf(unavailable)(
         // a clean shutdown, as an operator's: the arrays are marked clean before the next boot
         await v.qmp('system_powerdown');
         await exitedWithin(v, 120_000);
-        return `${last[2]} ${last[3]}`;
+        return { entry: last[2]!, path: last[3]! };
       } finally {
         await v.kill();
         keepSerial(v);
@@ -468,29 +471,29 @@ describe.skipIf(unavailable)(
       }
     }
 
-    const slot = (d: SlottedDisk) => `Pci(0x${d.pciSlot.toString(16)},0x0)`;
-
     it('the instance boots from its disks and reads the config drive: both disks, disk A removed, disk B removed', async () => {
       if (!deployed) throw new Error('not run: the deploy failed');
-      // Each holder: the RAID partition and an ESP the boot loader step added.
+      // Each holder: the RAID partition and an ESP the boot loader step added, with its own boot entry.
+      const esp: string[] = [];
       for (const d of [diskA, diskB]) {
         const parts = await gpt(d.file);
         report(
           `${d.serial}: ${parts.map((p) => `${p.number} ${p.type === ESP_TYPE ? 'ESP' : p.type} "${p.name}" ${p.firstByte / MiB}-${(p.lastByte + 1) / MiB} MiB`).join('; ')}`,
         );
-        expect(
-          parts.filter((p) => p.type === ESP_TYPE),
-          `${d.serial}: an ESP`,
-        ).toHaveLength(1);
+        const esps = parts.filter((p) => p.type === ESP_TYPE);
+        expect(esps, `${d.serial}: an ESP`).toHaveLength(1);
+        esp.push(esps[0]!.guid.toUpperCase());
       }
+      // The firmware starts an entry the agent wrote, on the ESP of a disk that is there (the entry's HD() node
+      // names the partition by its GUID): holder 0 is disk A, holder 1 disk B.
       const both = await bootInstance('both disks', [diskA, diskB]);
-      expect(both).toMatch(/RAID/);
+      expect(both.entry).toMatch(/ \(RAID, part[01]\)$/);
       const onlyB = await bootInstance('disk A removed', [diskB]);
-      expect(onlyB).toMatch(/RAID/);
-      expect(onlyB).toContain(slot(diskB));
+      expect(onlyB.entry).toMatch(/ \(RAID, part1\)$/);
+      expect(onlyB.path.toUpperCase()).toContain(esp[1]);
       const onlyA = await bootInstance('disk B removed', [diskA]);
-      expect(onlyA).toMatch(/RAID/);
-      expect(onlyA).toContain(slot(diskA));
+      expect(onlyA.entry).toMatch(/ \(RAID, part0\)$/);
+      expect(onlyA.path.toUpperCase()).toContain(esp[0]);
     }, 3_600_000);
 
     it(
