@@ -460,9 +460,8 @@ describe.skipIf(unavailable)(
         expect(loaded.length, `${label}: the firmware loaded a boot entry`).toBeGreaterThan(0);
         const last = loaded.at(-1)!;
         report(`${label}: firmware started ${last[1]} "${last[2]}" from ${last[3]}`);
-        // a clean shutdown, as an operator's: the arrays are marked clean before the next boot
-        await v.qmp('system_powerdown');
-        await exitedWithin(v, 120_000);
+        // Power cut, not an ACPI shutdown: the image has no logind to act on the power button. The arrays are then
+        // left unclean, which md's RAID-1 starts from anyway, degraded or not.
         return { entry: last[2]!, path: last[3]! };
       } finally {
         await v.kill();
