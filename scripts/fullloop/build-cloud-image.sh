@@ -54,7 +54,7 @@ if [ ! -s "$rootfs" ]; then
   mmdebstrap --variant="$variant" --include="${packages// /,}" \
     --customize-hook="sh -c '$hook' exec \"\$1\"" \
     "$suite" "$tmp_tar" http://deb.debian.org/debian >"$cache/mmdebstrap-$rootfs_key.log" 2>&1 \
-    || { tail -20 "$cache/mmdebstrap.log" >&2; rm -f "$tmp_tar"; exit 1; }
+    || { tail -20 "$cache/mmdebstrap-$rootfs_key.log" >&2; log "mmdebstrap failed: $cache/mmdebstrap-$rootfs_key.log"; rm -f "$tmp_tar"; exit 1; }
   mv "$tmp_tar" "$rootfs"
   log "rootfs built in $((SECONDS - t0)) s"
 fi
