@@ -50,11 +50,26 @@ export async function activeArrays(sysBlock = SYS_BLOCK): Promise<ActiveArray[]>
 
 /** The whole disk a partition's kernel name belongs to (itself for a disk). */
 async function diskOf(name: string, sysBlock = SYS_BLOCK): Promise<string> {
-  if ((await readSys(`${sysBlock}/${name}/partition`)) === null) return name;
+  // /sys/block lists whole disks only; a partition is a folder of its disk's.
   for (const disk of await listSys(sysBlock)) {
-    if ((await listSys(`${sysBlock}/${disk}`)).includes(name)) return disk;
+    if (disk !== name && (await listSys(`${sysBlock}/${disk}`)).includes(name)) return disk;
   }
   return name;
+}
+
+/** Whether `path` is an md array's device (`/dev/md0`, `/dev/md127`), not one of its partitions. */
+export function isMdDevice(path: string): boolean {
+  return /^\/dev\/md\d+$/.test(path);
+}
+
+/** The whole disks that hold the members of the md array `path`, in member order, each once. */
+export async function holderDisks(path: string, sysBlock = SYS_BLOCK): Promise<string[]> {
+  const out: string[] = [];
+  for (const member of await listSys(`${sysBlock}/${path.replace(/^\/dev\//, '')}/slaves`)) {
+    const disk = `/dev/${await diskOf(member, sysBlock)}`;
+    if (!out.includes(disk)) out.push(disk);
+  }
+  return out;
 }
 
 function skipVolumeNames(node: unknown): string[] {

@@ -293,6 +293,21 @@ export class DeviceGuard {
     if (claim) throw refuse(`it is ${claim}`);
   }
 
+  /**
+   * Throws ProtectedDeviceError unless a partition may be added to `diskPath`, a holder of software RAID members,
+   * in its free room (the ESP IPA puts beside them): the disk is on the allow-list (when one is set) and nothing
+   * on it is mounted or swap. Its members are left as they are, so their array does not stop it.
+   */
+  async assertPartitionAddable(diskPath: string, purpose: string): Promise<void> {
+    const refuse = (why: string) => new ProtectedDeviceError(`refusing to ${purpose} ${diskPath}: ${why}`);
+    const name = await this.kernelName(diskPath);
+    const loops = await this.loops();
+    const notAllowed = await this.notAllowed(name, loops);
+    if (notAllowed) throw refuse(`it is ${notAllowed}`);
+    const why = (await this.protectedSet(loops)).get(name);
+    if (why) throw refuse(`it ${why}`);
+  }
+
   /** Throws ProtectedDeviceError naming the device and why, unless it may be written now. */
   async assertWritable(devPath: string, purpose: string): Promise<void> {
     const v = await this.verdict(devPath);

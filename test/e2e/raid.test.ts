@@ -2,84 +2,37 @@
 // virtio disks, then the cases through the agent's API as Ironic sends them: a refusal that touches no disk,
 // create_configuration with a RAID-1 and a RAID-0 of the rest (MAX), the md devices among the disks the agent
 // sees (the list the inventory and root-device choice read) with the members protected, delete_configuration
-// leaving no superblock and no table, and the apply_configuration deploy step on all disks.
-import { open, stat, truncate, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { request } from 'undici';
+// leaving no superblock and no table, the apply_configuration deploy step on all disks, and
+// install_bootloader refusing a boot loader it would have to install from the image (BIOS).
+import { stat } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { workDir } from '../helpers/make-image.ts';
-import { OUT, randomMac, startVm, until, type Vm } from './vm.ts';
+import { bytesAt, reporter, startRaidVm, type RaidVm, type Result } from './raid-vm.ts';
 
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
 const NODE_UUID = 'f6a0c9a4-4a8b-4f3e-9d7a-5b1c2d3e4f50';
-let work: Awaited<ReturnType<typeof workDir>>;
-let vm: Vm;
+const report = reporter('raid');
+let machine: RaidVm;
 let disks: string[];
 const started = Date.now();
 
-function report(line: string): void {
-  process.stdout.write(`[e2e raid] ${line}\n`);
-}
-
 beforeAll(async () => {
-  work = await workDir('ina-e2e-raid-');
-  disks = [];
-  for (const name of ['vda', 'vdb', 'vdc']) {
-    const path = join(work.dir, `${name}.img`);
-    await writeFile(path, '');
-    await truncate(path, 3 * GiB);
-    disks.push(path);
-  }
-  vm = await startVm({
-    disk: disks[0]!,
-    moreDisks: disks.slice(1),
-    serialLog: join(work.dir, 'serial.log'),
-    mac: randomMac(),
-    forwards: [],
+  machine = await startRaidVm({
+    tag: 'raid',
+    disks: 3,
+    diskGiB: 3,
     // No download retries: the write_image probes below fail at a download nobody serves, after the device choice.
-    append: () => 'standalone=1 ipa-debug=1 ipa-image-download-connection-retries=0',
+    append: 'standalone=1 ipa-debug=1 ipa-image-download-connection-retries=0',
   });
-  await until('GET /v1/status', () => agentStatus(vm), 300_000);
-  report(`booted in ${((Date.now() - vm.startedAt) / 1000).toFixed(1)} s (${vm.accel})`);
+  disks = machine.disks;
 });
 
 afterAll(async () => {
-  if (vm) {
-    await vm.kill();
-    await writeFile(join(OUT, 'e2e-serial-raid.log'), vm.serial());
-  }
-  await work?.cleanup();
+  await machine?.close();
   report(`whole file took ${((Date.now() - started) / 1000).toFixed(1)} s`);
 });
 
-async function agentStatus(v: Vm): Promise<true | undefined> {
-  const r = await request(`http://127.0.0.1:${v.agentPort}/v1/status`, { headersTimeout: 2000, bodyTimeout: 2000 });
-  await r.body.dump();
-  return r.statusCode === 200 ? true : undefined;
-}
-
-interface Result {
-  command_status: string;
-  command_result: Record<string, any> | null;
-  command_error: { type: string; details: string } | null;
-}
-
-async function command(name: string, params: Record<string, unknown>): Promise<Result> {
-  const t0 = Date.now();
-  const r = await request(`http://127.0.0.1:${vm.agentPort}/v1/commands/?wait=true`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ name, params }),
-    headersTimeout: 0,
-    bodyTimeout: 0,
-  });
-  expect(r.statusCode).toBe(200);
-  const body = (await r.body.json()) as Result;
-  const step = (params.step as { step?: string } | undefined)?.step ?? '';
-  report(`${name} ${step}: ${body.command_status} in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
-  return body;
-}
+const command = (name: string, params: Record<string, unknown>): Promise<Result> => machine.command(name, params);
 
 const node = (extra: Record<string, unknown> = {}) => ({
   uuid: NODE_UUID,
@@ -141,18 +94,6 @@ function gib(seen: string, name: string): number {
   const m = new RegExp(`/dev/${name} \\((\\d+\\.\\d+) GiB\\)`).exec(seen);
   expect(m, `/dev/${name} among the devices seen`).not.toBeNull();
   return Number(m![1]);
-}
-
-/** Bytes of a disk file, as the host reads it (QEMU writes through to the file). */
-async function bytesAt(file: string, at: number, length: number): Promise<Buffer> {
-  const fh = await open(file, 'r');
-  try {
-    const buf = Buffer.alloc(length);
-    await fh.read(buf, 0, length, at);
-    return buf;
-  } finally {
-    await fh.close();
-  }
 }
 
 const MD_MAGIC = Buffer.from([0xfc, 0x4e, 0x2b, 0xa9]);
@@ -221,7 +162,7 @@ describe('software RAID in the ramdisk under QEMU', () => {
       /\/dev\/vda \(3\.00 GiB, serial E2EDISK0\): protected, it is the holder of vda\d, a member of the software RAID array md\d/,
     );
     expect(seen).toMatch(/\/dev\/vdc \(3\.00 GiB, serial E2EDISK2\)(;|$)/);
-    const serial = vm.serial();
+    const serial = machine.vm.serial();
     expect(serial).toContain('md array created');
   });
 
@@ -267,6 +208,27 @@ describe('software RAID in the ramdisk under QEMU', () => {
     // The array is a root device candidate: the name hint chooses it, and the write fails only at the download.
     const onto = await writeImage({ name: 's== /dev/md0' });
     expect(onto.command_error?.type).not.toBe('DeviceNotFound');
-    expect(vm.serial()).toMatch(/root device chosen[^\n]*\/dev\/md0|\/dev\/md0[^\n]*root device chosen/);
+    expect(machine.vm.serial()).toMatch(/root device chosen[^\n]*\/dev\/md0|\/dev\/md0[^\n]*root device chosen/);
+  });
+
+  it('install_bootloader on the array refuses a boot loader it would have to install from the image, as IPA does', async () => {
+    // The node of the last deploy step named /dev/md0. BIOS needs grub-install from the image; a ramdisk booted in
+    // BIOS mode cannot write UEFI boot entries either: both are IPA's refusal with enable_bios_bootloader_install off.
+    for (const target_boot_mode of ['bios', 'uefi']) {
+      const r = await command('image.install_bootloader', { root_uuid: '0x12345678', target_boot_mode });
+      expect(r.command_status).toBe('FAILED');
+      expect(r.command_error).toMatchObject({
+        type: 'InvalidImage',
+        details:
+          'Install of legacy BIOS bootloaders disabled by CONF.enable_bios_bootloader_install as part of CVE-2026-43003 mitigation.',
+      });
+    }
+    const ignored = await command('image.install_bootloader', {
+      root_uuid: null,
+      target_boot_mode: 'bios',
+      ignore_bootloader_failure: true,
+    });
+    expect(ignored.command_status).toBe('SUCCEEDED');
+    expect(String(ignored.command_result?.result)).toContain('failed and was ignored as configured');
   });
 });

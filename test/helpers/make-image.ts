@@ -17,6 +17,16 @@ export interface DiskImage {
   marker: string;
   /** Byte range of the ext4 partition inside the image. */
   partition: { start: number; end: number };
+  /** With `esp`: the EFI system partition's byte range (partition 1; the ext4 one is then partition 2). */
+  esp?: { start: number; end: number };
+}
+
+/** An EFI system partition for a GPT image: its size, FAT label and serial (`ABCD1234`), and files by path. */
+export interface EspSpec {
+  sizeMiB: number;
+  label: string;
+  serial: string;
+  files: Record<string, string>;
 }
 
 export async function workDir(prefix = 'ina-img-'): Promise<{ dir: string; cleanup(): Promise<void> }> {
@@ -27,7 +37,7 @@ export async function workDir(prefix = 'ina-img-'): Promise<{ dir: string; clean
 /** A `sizeMiB` whole-disk image: the partition spans 1 MiB .. size-1 MiB, the marker file is `/ina-marker.txt`. */
 export async function makeDiskImage(
   dir: string,
-  opts: { sizeMiB?: number; table?: 'gpt' | 'mbr'; name?: string; randomKiB?: number } = {},
+  opts: { sizeMiB?: number; table?: 'gpt' | 'mbr'; name?: string; randomKiB?: number; esp?: EspSpec } = {},
 ): Promise<DiskImage> {
   const sizeMiB = opts.sizeMiB ?? 8;
   const table = opts.table ?? 'gpt';
@@ -38,16 +48,21 @@ export async function makeDiskImage(
   await writeFile(join(content, 'ina-marker.txt'), `${marker}\n`);
   await writeFile(join(content, 'random.bin'), randomBytes((opts.randomKiB ?? Math.min(1024, sizeMiB * 128)) * 1024));
 
-  const partMiB = sizeMiB - 2;
+  const espMiB = opts.esp?.sizeMiB ?? 0;
+  if (opts.esp && table !== 'gpt') throw new Error('makeDiskImage: an ESP only on GPT');
+  const partMiB = sizeMiB - 2 - espMiB;
   const fs = join(dir, `${name}.ext4`);
   await execa('truncate', ['-s', `${partMiB}M`, fs]);
   await execa('mkfs.ext4', ['-q', '-F', '-L', 'inaroot', '-d', content, fs]);
 
   const path = join(dir, name);
   await execa('truncate', ['-s', `${sizeMiB}M`, path]);
-  const startSector = 2048;
+  const startSector = 2048 + (espMiB * MiB) / 512;
   const endSector = startSector + (partMiB * MiB) / 512 - 1;
-  if (table === 'gpt') {
+  if (opts.esp) {
+    await makeEsp(dir, path, opts.esp);
+    await execa('sgdisk', ['-n', `2:${startSector}:${endSector}`, '-t', '2:8300', '-c', '2:root', path]);
+  } else if (table === 'gpt') {
     await execa('sgdisk', ['-n', `1:${startSector}:${endSector}`, '-t', '1:8300', '-c', '1:root', path]);
   } else {
     await execa('parted', [
@@ -62,10 +77,35 @@ export async function makeDiskImage(
       `${endSector}s`,
     ]);
   }
-  await execa('dd', [`if=${fs}`, `of=${path}`, 'bs=1M', 'seek=1', 'conv=notrunc', 'status=none']);
+  await execa('dd', [`if=${fs}`, `of=${path}`, 'bs=1M', `seek=${1 + espMiB}`, 'conv=notrunc', 'status=none']);
   await rm(fs);
   await rm(content, { recursive: true });
-  return { path, sizeBytes: sizeMiB * MiB, table, marker, partition: { start: MiB, end: (endSector + 1) * 512 } };
+  return {
+    path,
+    sizeBytes: sizeMiB * MiB,
+    table,
+    marker,
+    partition: { start: startSector * 512, end: (endSector + 1) * 512 },
+    ...(opts.esp ? { esp: { start: MiB, end: (1 + espMiB) * MiB } } : {}),
+  };
+}
+
+/** Partition 1 of the GPT image `path`: an ESP from 1 MiB, a FAT with the spec's label, serial and files (mtools). */
+async function makeEsp(dir: string, path: string, esp: EspSpec): Promise<void> {
+  const fat = join(dir, `${esp.label}.fat`);
+  await execa('truncate', ['-s', `${esp.sizeMiB}M`, fat]);
+  await execa('mkfs.vfat', ['-n', esp.label, '-i', esp.serial, fat]);
+  const env = { MTOOLS_SKIP_CHECK: '1' };
+  for (const [file, text] of Object.entries(esp.files)) {
+    const parts = file.split('/');
+    for (let i = 1; i < parts.length; i++) {
+      await execa('mmd', ['-D', 's', '-i', fat, `::/${parts.slice(0, i).join('/')}`], { env, reject: false });
+    }
+    await execa('mcopy', ['-i', fat, '-', `::/${file}`], { env, input: text });
+  }
+  await execa('sgdisk', ['-n', `1:2048:+${esp.sizeMiB}M`, '-t', '1:ef00', '-c', '1:EFI', path]);
+  await execa('dd', [`if=${fat}`, `of=${path}`, 'bs=1M', 'seek=1', 'conv=notrunc', 'status=none']);
+  await rm(fat);
 }
 
 export async function toQcow2(raw: string, out = `${raw}.qcow2`): Promise<string> {

@@ -1,19 +1,24 @@
 // image: install_bootloader for whole-disk images. The image brings its own boot loader; in UEFI mode
 // the agent registers it with the firmware when it can (ramdisk booted in UEFI mode, efibootmgr present),
 // and otherwise succeeds saying why nothing was needed. Outside the ramdisk the firmware is a test's fake
-// root (--ina-firmware-root) or left alone: never the host's boot entries.
+// root (--ina-firmware-root) or left alone: never the host's boot entries. On a software RAID array the
+// firmware cannot reach the image's loader, so every holder disk gets an ESP with its files and a boot entry
+// (disk/raid-esp.ts); where that cannot be done (BIOS), IPA's way is grub-install from the image, which
+// CVE-2026-43003 put behind enable_bios_bootloader_install and this agent does not do: refused as IPA does.
 import { access } from 'node:fs/promises';
 import { join } from 'node:path';
 import { optBool, optString } from '../params.ts';
 import { command, type Extension } from '../types.ts';
-import { errorText } from '../../errors.ts';
+import { errorText, InvalidImage } from '../../errors.ts';
 import { hasTool } from '../../exec.ts';
 import { registerBootEntries } from '../../disk/efi-boot.ts';
 import { findEfiLoaders } from '../../disk/efi-loaders.ts';
+import { isMdDevice } from '../../disk/md.ts';
+import { buildRaidEsp, raidEntryLabel, raidEspSource } from '../../disk/raid-esp.ts';
 import { findEsp } from '../../disk/partition-uuids.ts';
 import { listPartitions, rescanPartitions } from '../../disk/partitions.ts';
 import { chooseRootDevice } from '../../disk/root-device.ts';
-import type { AgentServices } from '../../services.ts';
+import type { AgentServices, TaskContext } from '../../services.ts';
 
 interface BootloaderParams {
   espUuid?: string;
@@ -39,26 +44,72 @@ async function espOf(services: AgentServices, disk: string, uuid?: string) {
   );
 }
 
-async function installWholeDisk(p: BootloaderParams, services: AgentServices): Promise<string> {
+/** Why firmware boot entries cannot be written from here, or null when they can. */
+async function cannotRegister(services: AgentServices): Promise<string | null> {
+  const root = services.config.firmwareRoot;
+  if (!root)
+    return "outside the ramdisk (--host-actions=simulated, no --ina-firmware-root) the host's firmware boot entries are left alone";
+  if (!(await bootedUefi(root)))
+    return 'the ramdisk did not boot in UEFI mode, so firmware boot entries cannot be written';
+  if (!(await hasTool('efibootmgr'))) return 'efibootmgr is not available';
+  return null;
+}
+
+/** IPA's answer when only grub-install from the image could make the disk bootable (CVE-2026-43003). */
+function biosBootloaderRefused(why: string, services: AgentServices): never {
+  services.log.error({ why }, 'a boot loader would have to be installed from the image with grub-install');
+  throw new InvalidImage(
+    'Install of legacy BIOS bootloaders disabled by CONF.enable_bios_bootloader_install as part of CVE-2026-43003 mitigation.',
+  );
+}
+
+async function installOnRaid(p: BootloaderParams, services: TaskContext, md: string): Promise<string> {
+  if (p.targetBootMode !== 'uefi') {
+    biosBootloaderRefused(
+      `${md} is a software RAID array and the instance boots in ${p.targetBootMode} mode`,
+      services,
+    );
+  }
+  const why = await cannotRegister(services);
+  if (why) biosBootloaderRefused(`${md} is a software RAID array and ${why}`, services);
+  const source = await raidEspSource(services, md);
+  if (source.loaders.length === 0) {
+    biosBootloaderRefused(`no UEFI boot loader on ${source.imageEsp.path}, the image's ESP on ${md}`, services);
+  }
+  const esp = await buildRaidEsp(services, md);
+  const root = services.config.firmwareRoot!;
+  const entries: string[] = [];
+  // efibootmgr puts each new entry first: the last holder's go in first, so the boot order starts at holder 0.
+  for (const [i, h] of [...esp.holders.entries()].reverse()) {
+    const loaders = esp.loaders.map((l) => ({ ...l, label: raidEntryLabel(l.label, i) }));
+    entries.unshift(
+      ...(await registerBootEntries(h.holder, h.partition.number, loaders, root, services.log, h.partition.partuuid)),
+    );
+  }
+  return `EFI system partitions on the holders of ${md} (${esp.holders.map((h) => h.partition.path).join(', ')}, array ${esp.espArray}): ${esp.done.join('; ')}; boot entries: ${entries.join('; ')}`;
+}
+
+async function installWholeDisk(p: BootloaderParams, services: TaskContext): Promise<string> {
+  const disk = (await chooseRootDevice(services)).path;
+  if (isMdDevice(disk)) return installOnRaid(p, services, disk);
   if (p.targetBootMode !== 'uefi') {
     return `nothing to do: the whole-disk image boots in ${p.targetBootMode} mode with its own boot loader`;
   }
-  const disk = (await chooseRootDevice(services)).path;
   const esp = await espOf(services, disk, p.espUuid);
   if (!esp)
     return `nothing to do: ${disk} has no EFI system partition${p.espUuid ? ` with UUID ${p.espUuid}` : ''}; the image's firmware setup is used as is`;
-  const root = services.config.firmwareRoot;
-  if (!root) {
-    return `nothing registered: outside the ramdisk (--host-actions=simulated, no --ina-firmware-root) the host's firmware boot entries are left alone; the firmware finds the loader on ${esp.path} itself`;
-  }
-  if (!(await bootedUefi(root))) {
-    return `nothing registered: the ramdisk did not boot in UEFI mode, so firmware boot entries cannot be written; the firmware finds the loader on ${esp.path} itself`;
-  }
-  if (!(await hasTool('efibootmgr')))
-    return `nothing registered: efibootmgr is not available; the firmware finds the loader on ${esp.path} itself`;
+  const why = await cannotRegister(services);
+  if (why) return `nothing registered: ${why}; the firmware finds the loader on ${esp.path} itself`;
   const loaders = await findEfiLoaders(esp.path, services.log);
   if (loaders.length === 0) return `nothing registered: no UEFI boot loader found on ${esp.path}`;
-  const done = await registerBootEntries(disk, esp.number, loaders, root, services.log);
+  const done = await registerBootEntries(
+    disk,
+    esp.number,
+    loaders,
+    services.config.firmwareRoot!,
+    services.log,
+    esp.partuuid,
+  );
   return `boot entries on ${disk} partition ${esp.number}: ${done.join('; ')}`;
 }
 
