@@ -50,11 +50,11 @@ const SETPRIV =
   ['/usr/bin/setpriv', '/bin/setpriv', '/usr/sbin/setpriv', '/sbin/setpriv'].find((p) => existsSync(p)) ?? 'setpriv';
 
 /**
- * setpriv's own failure to execute the tool (exit 127 and its message), as opposed to the tool's exit: what
- * to say about it, or null.
+ * setpriv's own failure to execute the tool (exit 127 when not found, 126 when found but not executable, and
+ * its message), as opposed to the tool's exit: what to say about it, or null.
  */
 function notExecuted(exitCode: number | null | undefined, stderr: string): string | null {
-  const m = exitCode === 127 ? /^setpriv: failed to execute (\S+): (.*)$/m.exec(stderr) : null;
+  const m = exitCode === 126 || exitCode === 127 ? /^setpriv: failed to execute (\S+): (.*)$/m.exec(stderr) : null;
   return m ? `${m[1]} could not be started: ${m[2]}` : null;
 }
 

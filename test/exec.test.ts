@@ -2,6 +2,9 @@
 // one is told apart from a failed one, and that bytes handed from tool to tool arrive whole. No root needed.
 import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { startTool, type Tool } from '../agent/exec.ts';
 
@@ -34,6 +37,18 @@ describe('startTool', () => {
     const tool = startTool('ina-no-such-tool', ['--help']);
     const exit = await tool.exit;
     expect(exit.notStarted).toMatch(/ina-no-such-tool could not be started/);
+  });
+
+  it('reports a tool that is there but not executable as not started', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'ina-exec-'));
+    try {
+      const file = join(dir, 'not-executable');
+      await writeFile(file, '#!/bin/sh\nexit 0\n', { mode: 0o644 });
+      const exit = await startTool(file, []).exit;
+      expect(exit.notStarted).toMatch(/not-executable could not be started: Permission denied/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('resolves exit (never rejects) for a tool that fails, is killed, or loses its reader', async () => {
