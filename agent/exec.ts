@@ -17,7 +17,7 @@ export interface RunOptions {
   okCodes?: number[];
   env?: Record<string, string>;
   log?: Logger;
-  /** Stops the tool (SIGTERM) when aborted: long tools (burn-in) end with their command. */
+  /** Stops the tool (SIGTERM, then SIGKILL) when aborted: long tools (burn-in) end with their command. */
   signal?: AbortSignal;
   /**
    * A short query that changes nothing (lsblk), run without setpriv (see `mortal`): one exec less, which is
@@ -50,13 +50,16 @@ const SETPRIV =
   ['/usr/bin/setpriv', '/bin/setpriv', '/usr/sbin/setpriv', '/sbin/setpriv'].find((p) => existsSync(p)) ?? 'setpriv';
 
 /**
- * setpriv's own failure to execute the tool (exit 127 and its message), as opposed to the tool's exit: what
- * to say about it, or null.
+ * setpriv's own failure to execute the tool (exit 127 when not found, 126 when found but not executable, and
+ * its message), as opposed to the tool's exit: what to say about it, or null.
  */
 function notExecuted(exitCode: number | null | undefined, stderr: string): string | null {
-  const m = exitCode === 127 ? /^setpriv: failed to execute (\S+): (.*)$/m.exec(stderr) : null;
+  const m = exitCode === 126 || exitCode === 127 ? /^setpriv: failed to execute (\S+): (.*)$/m.exec(stderr) : null;
   return m ? `${m[1]} could not be started: ${m[2]}` : null;
 }
+
+/** How long a tool asked to stop (a kill, a timeout, a cancel) may take before it is killed. */
+const KILL_AFTER_MS = 2000;
 
 export async function run(file: string, args: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
   const line = commandLine(file, args);
@@ -67,6 +70,8 @@ export async function run(file: string, args: readonly string[], opts: RunOption
     reject: false,
     env: opts.env,
     ...(opts.signal ? { cancelSignal: opts.signal } : {}),
+    // a tool that ignores the SIGTERM of a timeout or a cancel is killed, as startTool's are
+    forceKillAfterDelay: KILL_AFTER_MS,
     stripFinalNewline: true,
     encoding: 'utf8',
   });
@@ -114,28 +119,36 @@ export function assertStarted(...exits: Exit[]): void {
 export interface StartOptions {
   /** A pipe the caller writes (the default), nothing, the agent's own, or another tool's stdout handed over. */
   stdin?: 'pipe' | 'ignore' | 'inherit' | Readable;
-  /** A pipe the caller reads (the default), nothing, the agent's own, or a descriptor the tool writes itself. */
+  /**
+   * A pipe the caller reads (the default), nothing, the agent's own, or a descriptor the tool writes itself.
+   * The caller attaches its reader (`on('data')`, `for await`, or hands the pipe to another tool) in the same
+   * tick as startTool: execa sets a pipe nobody reads flowing one turn of the event loop later
+   * (lib/io/contents.js, `resumeStream`), and what the tool wrote before a later reader is lost.
+   */
   stdout?: 'pipe' | 'ignore' | 'inherit' | number;
   /** Collected into `Exit.stderr` (the default), or the agent's own (a shell on the console). */
   stderr?: 'pipe' | 'inherit';
   /** Added to the agent's environment. */
   env?: Record<string, string>;
-  /** Stops the tool (SIGTERM) when aborted. */
+  /** Stops the tool (SIGTERM, then SIGKILL) when aborted. */
   signal?: AbortSignal;
 }
 
-/** A started tool: its pipes, as asked for (null otherwise), and how it ended. */
+/**
+ * A started tool: its pipes, as asked for (null otherwise), and how it ended. `stdout` is read from the tick
+ * the tool was started in, or its first bytes are lost (`StartOptions.stdout`).
+ */
 export interface Tool {
   readonly stdin: Writable | null;
   readonly stdout: Readable | null;
   /** Settles once the tool has exited and its pipes are closed; never rejects. */
   readonly exit: Promise<Exit>;
-  /** SIGTERM by default; SIGKILL follows after `KILL_AFTER_MS` if the tool is still there. */
+  /**
+   * SIGTERM by default; after a SIGTERM, SIGKILL follows in `KILL_AFTER_MS` if the tool is still there. Any
+   * other signal is sent alone.
+   */
   kill(signal?: NodeJS.Signals): void;
 }
-
-/** How long a tool asked to stop may take before it is killed. */
-const KILL_AFTER_MS = 2000;
 
 /**
  * Starts `file` `mortal`ly with its pipes wired as `opts` says: the bytes go from descriptor to descriptor, not

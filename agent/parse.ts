@@ -51,9 +51,10 @@ export function parseBoolean(v: unknown): boolean | undefined {
 }
 
 /**
- * A finite number: a JSON number, or decimal text (`600`, `0.5`, `-1`, `1e3`, spaces around), as Python's
- * float() reads a number (oslo's FloatOpt). JavaScript's own spellings (`0x10`, `0b1`, `Infinity`) and
- * anything else are undefined, which every caller refuses.
+ * A finite number: a JSON number, or text of decimal digits with an optional sign, point and exponent (`600`,
+ * `0.5`, `-1`, `.5`, `1e3`), spaces around allowed: the common spellings Python's float() reads (oslo's
+ * FloatOpt). Python's digit separators (`1_000`), `nan` and `inf` are not accepted, nor JavaScript's own
+ * spellings (`0x10`, `0b1`, `Infinity`): those and anything else are undefined, which every caller refuses.
  */
 export function parseNumber(v: unknown): number | undefined {
   const n = typeof v === 'string' && /^\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?\s*$/i.test(v) ? Number(v) : v;

@@ -20,6 +20,12 @@ for tool in apt-get dpkg-deb readelf strip zstd xz npm gcc; do
 done
 
 mkdir -p "$out" "$work"
+# One build at a time per checkout: two suites started side by side (.ci/run) share $work and $out.
+exec 9>"$here/cache/.build.lock"
+if ! flock -n 9; then
+  echo "build.sh: another build of this checkout is running; waiting for it" >&2
+  flock 9
+fi
 echo "build.sh: fetching Debian packages" >&2
 bash "$here/fetch-debs.sh" > "$work/debs.txt"
 echo "build.sh: fetching Node" >&2

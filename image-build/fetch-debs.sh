@@ -16,7 +16,7 @@ flock 8
 # Alternatives apt lists next to the ones a minimal system uses (both would provide the same library).
 skip='^(cdebconf|libelogind0|libdebian-installer4|libnewt0\.52|libslang2|libtextwrap1)$'
 
-if ! apt-cache show busybox-static >/dev/null 2>&1; then apt-get update -qq >&2; fi
+if ! apt-cache show busybox-static >/dev/null 2>&1; then "$here/../scripts/lib/apt-get.sh" update -qq >&2; fi
 
 kernel=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
 [ -n "$kernel" ] || { echo "fetch-debs: cannot resolve linux-image-amd64" >&2; exit 1; }

@@ -15,6 +15,6 @@ command -v gcc >/dev/null ||
   { echo "build-addon.sh: gcc is missing; as root, run: apt-get install -y --no-install-recommends gcc libc6-dev" >&2; exit 1; }
 # Reproducible: no build id, no paths of this checkout in the object.
 gcc -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden -Wl,--build-id=none \
-  -ffile-prefix-map="$PWD"=. -I"$include" -o "$out.tmp" "$src"
-mv "$out.tmp" "$out"
+  -ffile-prefix-map="$PWD"=. -I"$include" -o "$out.tmp.$$" "$src"
+mv "$out.tmp.$$" "$out"
 echo "$stamp" > "$out.stamp"

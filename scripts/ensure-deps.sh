@@ -5,6 +5,11 @@
 # the bench's image server; with `fleet`, MariaDB and nginx.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One run at a time per checkout (`.ci/run`'s cache builders run this beside the unit suite's own call): the
+# second waits, then finds everything there. The lock is this file; flock -o keeps it from what the run starts.
+if [ "${INA_ENSURE_DEPS_LOCKED:-}" != "$PWD" ]; then
+  INA_ENSURE_DEPS_LOCKED=$PWD exec flock -o scripts/ensure-deps.sh bash scripts/ensure-deps.sh "$@"
+fi
 
 if [ ! -x node_modules/.bin/vitest ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   echo "ensure-deps.sh: installing npm packages (npm ci)" >&2
@@ -66,8 +71,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "ensure-deps.sh: installing Debian packages and what they depend on: ${pkgs[*]}" >&2
   # apt's own lines, less the per-file unpacking chatter: what it fetches (with sizes) and sets up, as it goes.
   compact() { sed -u -E '/^(Reading|Building|Selecting|\(Reading|Preparing|Unpacking|Processing|The following|  )/d; s/^/  apt: /'; }
-  apt-get update -q | compact
+  scripts/lib/apt-get.sh update -q | compact
   # Waits for another apt (a second suite, an unattended upgrade) instead of failing on its lock.
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=600 --no-install-recommends "${pkgs[@]}" | compact
+  DEBIAN_FRONTEND=noninteractive scripts/lib/apt-get.sh install -y -q -o DPkg::Lock::Timeout=600 --no-install-recommends "${pkgs[@]}" | compact
 fi
 bash scripts/build-addon.sh

@@ -210,7 +210,7 @@ async function copyEsp(ctx: TaskContext, from: string, to: string): Promise<stri
 
 /**
  * The image ESP on `device` and where its loaders are now: the image ESP itself before the first run, the ESP
- * array after it (the image ESP wiped). Null loaders: none found (the image is not UEFI-bootable this way).
+ * array after it (the image ESP wiped). No loaders: none found (the image is not UEFI-bootable this way).
  * Touches no disk.
  */
 export async function raidEspSource(

@@ -7,9 +7,9 @@
 #
 # Two cached stages: the mmdebstrap root tarball (slow: ~17 min cold on 2 busy cores), keyed by suite,
 # variant, packages and hook; the disk image, keyed by the rootfs key and this script.
-# Usage: build-cloud-image.sh   (prints the qcow2 path on stdout)   Env: FULLLOOP_CACHE
+# Usage: build-cloud-image.sh   (prints the qcow2 path on stdout)   Env: INA_CACHE_DIR (the cache is its fullloop/)
 set -euo pipefail
-cache=${FULLLOOP_CACHE:-/var/cache/ironic-node-agent/fullloop}
+cache=${INA_CACHE_DIR:-/var/cache/ironic-node-agent}/fullloop
 mkdir -p "$cache"
 suite=bookworm variant=minbase
 packages="cloud-init grub-efi-amd64-bin grub-pc-bin ifupdown initramfs-tools iproute2 isc-dhcp-client linux-image-cloud-amd64 mdadm netbase systemd-sysv udev zstd"
@@ -55,7 +55,7 @@ if [ ! -s "$rootfs" ]; then
   mmdebstrap --variant="$variant" --include="${packages// /,}" \
     --customize-hook="sh -c '$hook' exec \"\$1\"" \
     "$suite" "$tmp_tar" http://deb.debian.org/debian >"$cache/mmdebstrap-$rootfs_key.log" 2>&1 \
-    || { tail -20 "$cache/mmdebstrap.log" >&2; rm -f "$tmp_tar"; exit 1; }
+    || { tail -20 "$cache/mmdebstrap-$rootfs_key.log" >&2; log "mmdebstrap failed: $cache/mmdebstrap-$rootfs_key.log"; rm -f "$tmp_tar"; exit 1; }
   mv "$tmp_tar" "$rootfs"
   log "rootfs built in $((SECONDS - t0)) s"
 fi

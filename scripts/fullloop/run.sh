@@ -10,13 +10,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
 [ "$(id -u)" = 0 ] || { echo "run.sh: needs root (network namespace, loop devices)" >&2; exit 1; }
 bash scripts/ironic-standalone/ensure-ironic.sh
-# The BMC, ipmitool for Ironic's ipmitool driver, firmware for both scenarios, genisoimage for the config
-# drive Ironic builds, the image builder's tools.
-need=()
-for p in python3-pyghmi ipmitool ovmf ipxe-qemu genisoimage mmdebstrap mtools dosfstools gdisk qemu-utils; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
-done
-[ ${#need[@]} -eq 0 ] || apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends "${need[@]}" >&2
+bash scripts/fullloop/ensure-packages.sh
 # The e2e suite's plugin folder, so that the two suites boot one build of the ramdisk (test/e2e/setup.ts).
 INA_HARDWARE_MANAGERS=test/e2e/hardware-managers bash image-build/build.sh >&2
 export FULLLOOP_IMAGE; FULLLOOP_IMAGE=$(bash scripts/fullloop/build-cloud-image.sh)

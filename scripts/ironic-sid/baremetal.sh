@@ -4,6 +4,6 @@
 # Paths under /tmp are the same inside the chroot.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=${INA_SID_ROOT:-/var/cache/ironic-node-agent/ironic-sid/root}
+ROOT=${INA_CACHE_DIR:-/var/cache/ironic-node-agent}/ironic-sid/root
 cd /tmp
 exec "$HERE/in-root.sh" "$ROOT" /usr/bin/env PYTHONWARNINGS=ignore /usr/bin/python3 /usr/bin/baremetal "$@"

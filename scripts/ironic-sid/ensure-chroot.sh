@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Builds (cold, about 11 min) or reuses the Debian sid chroot that runs the newest Ironic: mmdebstrap from
-# Debian's archive with python3-ironic pinned, cached in /var/cache/ironic-node-agent/ironic-sid/root.
+# Debian's archive with python3-ironic pinned, cached in $INA_CACHE_DIR/ironic-sid/root (INA_CACHE_DIR: default
+# /var/cache/ironic-node-agent).
 # A chroot is reused when its stamp (ROOT/.ina-stamp: suite and package list) matches this script's and
 # dpkg inside it reports the pinned version; otherwise it is built anew beside it and swapped in.
 # The archive this project reaches may be a frozen mirror whose Release file has expired, hence
-# Check-Valid-Until false (the signatures are still checked). Prints the chroot's path. Env: INA_SID_CACHE (default /var/cache/ironic-node-agent/ironic-sid),
-# INA_SID_MIRROR (default http://deb.debian.org/debian).
+# Check-Valid-Until false (the signatures are still checked). Prints the chroot's path.
+# Env: INA_CACHE_DIR, INA_SID_MIRROR (default http://deb.debian.org/debian).
 set -euo pipefail
-CACHE=${INA_SID_CACHE:-/var/cache/ironic-node-agent/ironic-sid}
+CACHE=${INA_CACHE_DIR:-/var/cache/ironic-node-agent}/ironic-sid
 MIRROR=${INA_SID_MIRROR:-http://deb.debian.org/debian}
 IRONIC_VERSION=1:39.0.0-6
 PKGS=(python3-ironic="$IRONIC_VERSION" ironic-common="$IRONIC_VERSION" python3-ironicclient qemu-utils)
@@ -30,7 +31,7 @@ flock 9
 if usable "$ROOT"; then echo "$ROOT"; exit 0; fi
 
 if ! command -v mmdebstrap >/dev/null; then
-  apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends mmdebstrap >&2
+  "$(dirname "$0")/../lib/apt-get.sh" -o DPkg::Lock::Timeout=900 install -y --no-install-recommends mmdebstrap >&2
 fi
 NEW=$CACHE/root.new
 rm -rf "$NEW"

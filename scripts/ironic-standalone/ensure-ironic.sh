@@ -7,6 +7,7 @@ set -euo pipefail
 
 PKGS=(python3-ironic ironic-api ironic-conductor python3-ironicclient)
 SERVICES=(ironic-api ironic-conductor)
+APT_GET=$(cd "$(dirname "$0")/.." && pwd)/lib/apt-get.sh
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -39,10 +40,10 @@ t0=$(date +%s)
 echo "ironic-standalone: installing ${missing[*]} (log: $log)" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt_install() {
-  apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}" >>"$log" 2>&1
+  "$APT_GET" -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}" >>"$log" 2>&1
 }
 if ! apt_install; then
-  apt-get -o DPkg::Lock::Timeout=600 update >>"$log" 2>&1
+  "$APT_GET" -o DPkg::Lock::Timeout=600 update >>"$log" 2>&1
   apt_install || { tail -30 "$log" >&2; echo "ironic-standalone: apt-get install failed, see $log" >&2; exit 1; }
 fi
 

@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { LogRing, type Logger } from '../../agent/log.ts';
 import { AgentClient } from '../helpers/agent-client.ts';
 import { runCleanStep } from '../helpers/clean-step.ts';
-import { fioPortFree, NETWORK_PORT, startFioPartner } from '../helpers/fio-partner.ts';
+import { claimFioPorts, NETWORK_PORT, startFioPartner } from '../helpers/fio-partner.ts';
 import { startAgent } from '../helpers/api-harness.ts';
 import { MiB, withLoops } from '../helpers/loop.ts';
 
@@ -85,7 +85,9 @@ describe('burn-in steps', () => {
   });
 
   it('burnin_network: a reader, then a writer, with the test as the partner over loopback', async (t) => {
-    if (!(await fioPortFree())) t.skip(`port ${NETWORK_PORT} (fio's net engine, as IPA's) is in use on this machine`);
+    const ports = await claimFioPorts();
+    cleanups.push(() => ports.release());
+    if (!ports.free) t.skip(`port ${NETWORK_PORT} (fio's net engine, as IPA's) is in use on this machine`);
     const partner = startFioPartner(120_000);
     cleanups.push(() => partner.stop());
     await partner.writerListening();

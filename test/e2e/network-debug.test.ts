@@ -13,7 +13,6 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseLldpFrame } from '../../agent/inspect/lldp.ts';
 import { switchFrame } from '../helpers/lldp-frames.ts';
 import { workDir } from '../helpers/make-image.ts';
 import { switchWire, type SwitchWire } from './switch-wire.ts';
@@ -66,8 +65,8 @@ describe('network and debug login in QEMU', () => {
     await writeFile(vda, '');
     await truncate(vda, 64 * 1024 * 1024);
 
-    const frame = switchFrame(SWITCH);
-    switchSide = await switchWire(frame);
+    const sent = switchFrame(SWITCH);
+    switchSide = await switchWire(sent.frame);
 
     vm = await startVm({
       disk: vda,
@@ -88,7 +87,7 @@ describe('network and debug login in QEMU', () => {
     expect(wire).toBeDefined();
     // The frame as the switch sent it, every TLV; among them chassis id (subtype 4, MAC), port id (subtype 5,
     // name), system name and the 802.1 VLAN name that Ironic's hooks read.
-    expect(wire.lldp).toEqual(parseLldpFrame(frame));
+    expect(wire.lldp).toEqual(sent.tlvs);
     expect(wire.lldp).toEqual(
       expect.arrayContaining([
         [1, `04${SWITCH.src.replaceAll(':', '')}`],

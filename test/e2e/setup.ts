@@ -25,8 +25,10 @@ export default function setup(project: TestProject): () => void {
   if (!hasCommand('qemu-system-x86_64')) {
     process.stderr.write('e2e setup: installing qemu-system-x86\n');
     const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-    execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit', env });
-    execFileSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', 'qemu-system-x86'], {
+    // the project's apt-get, which waits its turn (.ci/run builds caches beside the suites)
+    const aptGet = join(repo, 'scripts', 'lib', 'apt-get.sh');
+    execFileSync(aptGet, ['update', '-qq'], { stdio: 'inherit', env });
+    execFileSync(aptGet, ['install', '-y', '-qq', '--no-install-recommends', 'qemu-system-x86'], {
       stdio: 'inherit',
       env,
     });

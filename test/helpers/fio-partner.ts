@@ -13,12 +13,41 @@ import { fioNetworkArgs, NETWORK_PORT } from '../../agent/burnin/fio.ts';
 export { NETWORK_PORT };
 
 /** Whether fio's first port is free on loopback (a test skips, saying so, when it is not). */
-export function fioPortFree(): Promise<boolean> {
+function fioPortFree(): Promise<boolean> {
   return new Promise((res) => {
     const s = createServer();
     s.once('error', () => res(false));
     s.listen(NETWORK_PORT, '127.0.0.1', () => s.close(() => res(true)));
   });
+}
+
+export interface FioPorts {
+  /** Whether the ports were free once held (something else on the machine may use them: the test skips). */
+  free: boolean;
+  release(): Promise<void>;
+}
+
+/**
+ * Takes fio's ports for one test, across processes: suites that run side by side (`.ci/run` runs both Ironic
+ * suites at once, each with a burnin_network test) take turns on a machine-wide lock instead of finding the ports
+ * taken. The lock is held by a `flock` child that lets go when `release()` closes its input or this process ends;
+ * its file is in /run/lock (a tmpfs emptied at boot), not /tmp, which tests leave as they found it.
+ */
+export async function claimFioPorts(): Promise<FioPorts> {
+  const holder = execa('flock', ['/run/lock/ina-fio-net.lock', 'sh', '-c', 'echo held; exec cat >/dev/null'], {
+    stdin: 'pipe',
+    reject: false,
+  });
+  const held = await new Promise<boolean>((res) => {
+    holder.stdout?.once('data', () => res(true));
+    void holder.then(() => res(false));
+  });
+  const release = async () => {
+    holder.stdin?.end();
+    await holder;
+  };
+  if (!held) throw new Error(`flock on fio's port lock ended before it held it: ${(await holder).stderr}`);
+  return { free: await fioPortFree(), release };
 }
 
 export interface FioPartner {

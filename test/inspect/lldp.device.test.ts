@@ -37,7 +37,7 @@ describe('LLDP frames from a recorded capture', () => {
 
   it('ignores a runt frame and a truncated TLV; rejects a stream that is not pcap', () => {
     expect(parseLldpFrame(Buffer.alloc(10))).toEqual([]);
-    const frame = switchFrame({ src: '00:1c:73:aa:bb:01', port: 'Ethernet12', system: 'x', vlan: 1 });
+    const { frame } = switchFrame({ src: '00:1c:73:aa:bb:01', port: 'Ethernet12', system: 'x', vlan: 1 });
     expect(parseLldpFrame(frame.subarray(0, 20))).toEqual([]);
     expect(() => pcapPackets(Buffer.alloc(40, 1))).toThrow(/not a pcap/);
   });
@@ -45,18 +45,20 @@ describe('LLDP frames from a recorded capture', () => {
 
 describe('the LLDP helper output and the VLAN plan', () => {
   it('reads frame, none and error lines; an interface the helper did not mention is an error', () => {
-    const f = switchFrame({ src: '00:1c:73:aa:bb:01', port: 'Ethernet12', system: 'x', vlan: 7 });
+    const { frame: f, tlvs } = switchFrame({ src: '00:1c:73:aa:bb:01', port: 'Ethernet12', system: 'x', vlan: 7 });
     const got = parseHelperOutput(
       ['a', 'b', 'c', 'd'],
       `a frame ${f.toString('hex')}\nb none\nc error bind: Network is down\nzz none\n`,
     );
-    expect(got.frames).toEqual({ a: parseLldpFrame(f), b: [] });
+    expect(got.frames).toEqual({ a: tlvs, b: [] });
     expect(got.errors).toEqual({ c: 'bind: Network is down', d: 'no answer from the helper' });
   });
 
   it("follows IPA's rules for nic.vid, nic and all", () => {
-    const f = switchFrame({ src: '00:1c:73:aa:bb:01', port: 'Ethernet12', system: 'x', vlan: 100 });
-    const lldp = { eth0: parseLldpFrame(f), eth1: [] };
+    const lldp = {
+      eth0: switchFrame({ src: '00:1c:73:aa:bb:01', port: 'Ethernet12', system: 'x', vlan: 100 }).tlvs,
+      eth1: [],
+    };
     expect(lldpVlanIds(lldp.eth0)).toEqual([100]);
     const nics = [
       { name: 'eth0', mac_address: '52:54:00:00:00:01' },

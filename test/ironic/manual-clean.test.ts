@@ -5,7 +5,7 @@
 // as the partner node). Settings come from driver_info as in IPA. One conductor, one agent.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fakeFirmware, type FakeFirmware } from '../helpers/fake-firmware.ts';
-import { fioPortFree, NETWORK_PORT, startFioPartner } from '../helpers/fio-partner.ts';
+import { claimFioPorts, NETWORK_PORT, startFioPartner } from '../helpers/fio-partner.ts';
 import { cleanStepsRun } from './support/agent-history.ts';
 import { firstNonZero } from './support/disk-checks.ts';
 import { ironicKind } from './support/ironic.ts';
@@ -86,7 +86,9 @@ describe(`manual cleaning runs the catalogue's remaining steps by name (Ironic $
     }));
 
   it('M2. burnin_network with the test as the partner node (loopback) -> manageable', async (t) => {
-    if (!(await fioPortFree())) t.skip(`port ${NETWORK_PORT} (fio's net engine, as IPA's) is in use on this machine`);
+    const ports = await claimFioPorts();
+    t.onTestFinished(() => ports.release());
+    if (!ports.free) t.skip(`port ${NETWORK_PORT} (fio's net engine, as IPA's) is in use on this machine`);
     await chain.step('M2', async () => {
       const config = JSON.stringify({ role: 'reader', partner: '127.0.0.1' });
       await rig.bm.run([

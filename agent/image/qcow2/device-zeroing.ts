@@ -3,17 +3,19 @@
 // ranges. One shell per image takes the ranges on its stdin and runs blkdiscard for each, rather than one tool
 // started per range: starting a process blocks the agent's main thread for its fork and exec (5 to 15 ms
 // each on a busy 2-core machine, docs/qcow2-streaming.md), and the download waits for that thread.
-import { type Exit, reason, startTool, type Tool } from '../../exec.ts';
+import { type Exit, mortal, reason, startTool, type Tool } from '../../exec.ts';
 
 // Each range done is echoed, so that a failure leaves only the ranges not done to be written instead.
-// Stopped, the shell stops its blkdiscard too (only the shell has the parent-death signal).
+// Each blkdiscard gets the parent-death signal through setpriv: the kernel does not pass the shell's on to its
+// children, and a blkdiscard left behind by a SIGKILLed agent would go on zeroing a disk the next deploy writes.
+// Stopped, the shell stops its blkdiscard too.
 // `pid` is cleared after each wait: the trap must not signal a finished blkdiscard's number, reused by then.
 const SCRIPT = [
-  'dev=$1',
+  'setpriv=$1 dev=$2',
   'pid=',
   'trap \'[ -n "$pid" ] && kill "$pid" 2>/dev/null; exit 143\' TERM',
   'while read -r off len; do',
-  '  blkdiscard --zeroout --offset "$off" --length "$len" "$dev" & pid=$!',
+  '  "$setpriv" --pdeathsig KILL -- blkdiscard --zeroout --offset "$off" --length "$len" "$dev" & pid=$!',
   '  wait $pid || exit',
   '  pid=',
   '  echo "$off"',
@@ -44,7 +46,8 @@ export class DeviceZeroing {
   }
 
   private start(): Tool {
-    const child = startTool('sh', ['-c', SCRIPT, 'zeroout', this.device]);
+    const [setpriv] = mortal('true', []);
+    const child = startTool('sh', ['-c', SCRIPT, 'zeroout', setpriv, this.device]);
     child.stdin?.on('error', () => undefined);
     child.stdout?.setEncoding('utf8').on('data', (text: string) => {
       for (const c of text) if (c === '\n') this.done++;

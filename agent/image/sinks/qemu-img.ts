@@ -7,8 +7,8 @@
 // buffer, read into memory and written by `commit` once the rest is on the device (held-back.ts), so that
 // qemu-img or the agent killed mid-conversion leave no partition table.
 import { readFile, rm } from 'node:fs/promises';
-import { ImageWriteError } from '../../errors.ts';
-import { reason, startTool, type Tool } from '../../exec.ts';
+import { ImageWriteError, ToolError } from '../../errors.ts';
+import { assertStarted, reason, startTool, type Tool } from '../../exec.ts';
 import { INSPECT_HEAD_BYTES } from '../inspect.ts';
 import { flushDevice } from '../settle.ts';
 import type { DeviceTarget } from './device-target.ts';
@@ -111,6 +111,9 @@ export class QemuImgSink implements Sink<InspectedFile> {
       const exit = await child.exit;
       if (exit.code === 0) return;
       this.signal?.throwIfAborted();
+      assertStarted(exit);
+      // prlimit's own status when it cannot execute qemu-img: a fault of the ramdisk, not of the image.
+      if (exit.code === 126 || exit.code === 127) throw new ToolError(`qemu-img could not be started: ${reason(exit)}`);
       const stderr = exit.stderr.slice(0, 2000);
       throw new ImageWriteError(
         `Writing image to device ${device} failed with exit code ${exit.code ?? 'unknown'}. stderr: ${reason(exit)}`,

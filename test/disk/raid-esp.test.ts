@@ -2,8 +2,8 @@
 // it inherits, the per-holder boot entry labels, and which firmware entries are kept or replaced. The disk work
 // itself needs md, which this machine's kernel lacks: test/e2e/raid-boot.test.ts runs it in QEMU.
 import { describe, expect, it } from 'vitest';
-import { entryPlan } from '../agent/disk/efi-boot.ts';
-import { espPlacement, fatVolumeId, holderEspLabel, raidEntryLabel } from '../agent/disk/raid-esp.ts';
+import { entryPlan } from '../../agent/disk/efi-boot.ts';
+import { espPlacement, fatVolumeId, holderEspLabel, raidEntryLabel } from '../../agent/disk/raid-esp.ts';
 
 const MiB = 2 ** 20;
 
