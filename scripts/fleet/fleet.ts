@@ -565,7 +565,7 @@ function stallReport(s: StallOutcome): string[] {
       `(${s.midTransfer.join(', ')}); ${s.activeDirectly} node(s) ended active directly (per-node deploy median ${s.deployS[0].toFixed(1)} s, ` +
       `worst ${s.deployS[1].toFixed(1)} s), ${s.deployFailed.length} in deploy failed, ${s.redeployed} of those redeployed to active.`,
     `- agents' logs: ${s.broke} download(s) broke and resumed with Range, ${s.resumeFailed} resume request(s) failed and were retried, ` +
-      `${s.restarted} transfer(s) begun again from byte zero`,
+      `${s.unanswered} request(s) unanswered for 60 s and asked again, ${s.restarted} transfer(s) begun again from byte zero`,
     `- ${s.victim}'s nginx during the fault: ${t?.requests ?? 0} request(s), ${t?.ranged ?? 0} with a Range, ${mib(t?.bytes ?? 0)} sent`,
     ...[...new Set(s.deployFailed.map((f) => f.error))].map((e) => `- deploy failed with: ${e}`),
     '',

@@ -22,6 +22,7 @@ const MSGS = {
   broke: 'image download broke, resuming',
   resumeFailed: 'resume request failed',
   restarted: 'image transfer failed, starting again from byte zero',
+  unanswered: 'Image download request failed',
 };
 
 export interface StallOutcome {
@@ -36,6 +37,8 @@ export interface StallOutcome {
   broke: number;
   resumeFailed: number;
   restarted: number;
+  /** Requests that got no answer (or a failed one) and were asked again after the retry interval. */
+  unanswered: number;
   /** The stopped server's log for the fault: requests, those with a Range, bytes. */
   victimTraffic: Traffic | undefined;
   /** Per-node deploy time, median and worst (s), of the nodes that went straight to `active`. */
@@ -43,10 +46,16 @@ export interface StallOutcome {
   failures: string[];
 }
 
-/** The agents (aNN, from their 10.47.1.N address) an image server's nginx has an open connection with. */
+/**
+ * The agents (aNN, from their 10.47.1.N address) an image server's nginx is sending to: connections with bytes in
+ * the send queue (an idle keep-alive connection after a finished download has none).
+ */
 async function servedPeers(ns: string): Promise<string[]> {
   const { stdout } = await run$('ip', ['netns', 'exec', ns, 'ss', '-Htn', 'state', 'established', '( sport = :8080 )']);
-  return [...stdout.matchAll(/10\.47\.1\.(\d+):\d+/g)].map((m) => `a${m[1]!.padStart(2, '0')}`);
+  // with a state filter the columns are: Recv-Q Send-Q Local:Port Peer:Port
+  return [...stdout.matchAll(/^\s*\d+\s+(\d+)\s+\S+\s+10\.47\.1\.(\d+):\d+/gm)]
+    .filter((m) => Number(m[1]) > 0)
+    .map((m) => `a${m[2]!.padStart(2, '0')}`);
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)] ?? Number.NaN;
@@ -156,6 +165,7 @@ export async function imageStall(opts: {
     broke: count(MSGS.broke),
     resumeFailed: count(MSGS.resumeFailed),
     restarted: count(MSGS.restarted),
+    unanswered: count(MSGS.unanswered),
     victimTraffic,
     deployS: [median(direct), Math.max(0, ...direct)],
     failures,
