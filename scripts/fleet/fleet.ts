@@ -397,6 +397,11 @@ async function main(): Promise<number> {
         ironic,
         run: RUN,
         uuids,
+        powerOff: async (uuid) => {
+          const a = byUuid.get(uuid)!;
+          a.peakRssKiB = Math.max(a.peakRssKiB, await peakRss(a.child.pid));
+          await stopAgent(a);
+        },
         bootInspection: (uuid) =>
           rebootAgent(byUuid.get(uuid)!, { 'ipa-inspection-callback-url': `${API}/v1/continue_inspection` }),
         drive: async (group, verb, target) => {

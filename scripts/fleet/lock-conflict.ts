@@ -58,6 +58,8 @@ export async function lockConflict(opts: {
   ironic: IronicRest;
   run: string;
   uuids: string[];
+  /** Node `uuid` powers off: its agent process ends. */
+  powerOff: (uuid: string) => Promise<void>;
   /** Boots node `uuid` into the inspection ramdisk: its agent started anew with Ironic's inspection callback. */
   bootInspection: (uuid: string) => Promise<void>;
   /** Drives the nodes to `target` with `verb` as the waves do (deploys with their config drive): the failures. */
@@ -83,6 +85,9 @@ export async function lockConflict(opts: {
     }));
     const before = await heartbeats(opts.run);
     failures.push(...(await opts.drive(uuids, 'manage', 'manageable')).failures);
+    // Inspection begins with a power-off that wipes the token: the running agents go with it, or one would look up
+    // again before its node reboots, take the new token and leave the inspection ramdisk only "******".
+    await Promise.all(uuids.map((u) => opts.powerOff(u)));
     for (const uuid of uuids) await ironic.provision(uuid, 'inspect');
     // each node's ramdisk boots once Ironic has powered it on for inspection (`inspect wait`)
     const booted = new Map<string, number>();
