@@ -57,7 +57,6 @@ interface Agent {
   disk: LoopDevice;
   child: ChildProcess;
   logFile: string;
-  exited: boolean;
   peakRssKiB: number;
   uuid: string;
 }
@@ -154,11 +153,7 @@ async function startAgent(
     { cwd: dir, stdio: ['ignore', out, out] },
   );
   closeSync(out);
-  const agent = { index, name, mac, disk, child, logFile, exited: false, peakRssKiB: 0 };
-  child.once('exit', () => {
-    agent.exited = true;
-  });
-  return agent;
+  return { index, name, mac, disk, child, logFile, peakRssKiB: 0 };
 }
 
 /**
@@ -171,14 +166,13 @@ async function rebootAgent(a: Agent, extra: Record<string, string>): Promise<voi
   await rm(join(RUN, 'agents', a.name, 'status.json'), { force: true });
   const fresh = await startAgent(a.index, join(RUN, 'bundle'), { disk: a.disk, extra });
   a.child = fresh.child;
-  a.exited = false;
-  fresh.child.once('exit', () => {
-    a.exited = true;
-  });
 }
 
+/** The agent's process has ended (its exit already seen). */
+const gone = (a: Agent) => a.child.exitCode !== null || a.child.signalCode !== null;
+
 async function stopAgent(a: Agent): Promise<void> {
-  if (a.exited) return;
+  if (gone(a)) return;
   a.child.kill('SIGTERM');
   const done = new Promise((r) => a.child.once('exit', r));
   if ((await Promise.race([done, sleep(5000, 'late')])) === 'late') a.child.kill('SIGKILL');
@@ -327,7 +321,7 @@ async function main(): Promise<number> {
     log(`${N} nodes enrolled; waiting for every agent's first heartbeat`);
     await waitUntil('every agent heartbeating', 300_000, async () => {
       for (const a of agents) {
-        if (a.exited)
+        if (gone(a))
           throw fleetError(
             `agent ${a.name} exited: ${(await readFile(join(a.logFile, '../stdout'), 'utf8')).slice(-800)}`,
           );
