@@ -6,7 +6,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { closeSync, openSync } from 'node:fs';
-import { appendFile, mkdir, readdir, readFile, readlink, stat, writeFile } from 'node:fs/promises';
+import { appendFile, mkdir, readdir, readFile, readlink, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { imagePayloadOnDisk, readConfigDrive } from '../../test/ironic/support/disk-checks.ts';
@@ -16,6 +16,8 @@ import { makeDiskImage, toQcow2 } from '../../test/helpers/make-image.ts';
 import { shippedLaunch } from '../lib/shipped-launch.ts';
 import { conductorLoss, type LossOutcome } from './conductor-loss.ts';
 import { heartbeats, type Heartbeats } from './heartbeats.ts';
+import { imageStall, type StallOutcome } from './image-stall.ts';
+import { lockConflict, type LockOutcome } from './lock-conflict.ts';
 import { IronicRest, type FleetNode } from './ironic-rest.ts';
 import { imageServerTraffic, type Traffic } from './traffic.ts';
 
@@ -29,7 +31,7 @@ const DISK_BYTES = 256 * MiB;
 const API = 'http://10.47.0.10:6385';
 const SOURCE = 'http://10.47.0.10:8080';
 const CONDUCTORS = ['fleet-c1', 'fleet-c2'];
-/** FLEET_FAULTS: faults to inject after the wave (conductor-loss). */
+/** FLEET_FAULTS: faults to inject after the wave, run in this order: lock-conflict, image-stall, conductor-loss. */
 const FAULTS = (process.env.FLEET_FAULTS ?? '').split(/[\s,]+/).filter(Boolean);
 
 function must(name: string): string {
@@ -55,7 +57,6 @@ interface Agent {
   disk: LoopDevice;
   child: ChildProcess;
   logFile: string;
-  exited: boolean;
   peakRssKiB: number;
   uuid: string;
 }
@@ -99,14 +100,25 @@ async function fleetRssKiB(): Promise<number> {
   return total;
 }
 
-async function startAgent(index: number, bundle: string): Promise<Omit<Agent, 'uuid'>> {
+/**
+ * Starts agent `index` (a fresh boot of its node's ramdisk): on a new loop device, or on `disk` when the node boots
+ * again; `extra` adds flags (kernel parameters) to the usual ones.
+ */
+async function startAgent(
+  index: number,
+  bundle: string,
+  boot: { disk?: LoopDevice; extra?: Record<string, string> } = {},
+): Promise<Omit<Agent, 'uuid'>> {
   const name = `a${String(index).padStart(2, '0')}`;
   const mac = `52:54:00:47:01:${index.toString(16).padStart(2, '0')}`;
   const ip = `10.47.1.${index}`;
   const dir = join(RUN, 'agents', name);
   await mkdir(dir, { recursive: true });
-  const disk = await attachLoop(DISK_BYTES);
-  await appendFile(join(RUN, 'loops'), `${disk.path} ${disk.file}\n`);
+  let disk = boot.disk;
+  if (!disk) {
+    disk = await attachLoop(DISK_BYTES);
+    await appendFile(join(RUN, 'loops'), `${disk.path} ${disk.file}\n`);
+  }
   // an empty kernel command line: every setting below is a flag, as in test/ironic
   await writeFile(join(dir, 'cmdline'), '\n');
   const launch = await shippedLaunch(REPO);
@@ -123,6 +135,7 @@ async function startAgent(index: number, bundle: string): Promise<Omit<Agent, 'u
     'ipa-advertise-host': ip,
     'ipa-enable-auto-tls': 'true',
     'ipa-debug': 'true',
+    ...boot.extra,
   };
   const child = spawn(
     'ip',
@@ -140,15 +153,26 @@ async function startAgent(index: number, bundle: string): Promise<Omit<Agent, 'u
     { cwd: dir, stdio: ['ignore', out, out] },
   );
   closeSync(out);
-  const agent = { index, name, mac, disk, child, logFile, exited: false, peakRssKiB: 0 };
-  child.once('exit', () => {
-    agent.exited = true;
-  });
-  return agent;
+  return { index, name, mac, disk, child, logFile, peakRssKiB: 0 };
 }
 
+/**
+ * The node reboots into its ramdisk: the agent process ends and a new one starts on the same disk, with nothing
+ * carried over (a ramdisk's files do not survive a reboot: the status file goes too).
+ */
+async function rebootAgent(a: Agent, extra: Record<string, string>): Promise<void> {
+  a.peakRssKiB = Math.max(a.peakRssKiB, await peakRss(a.child.pid));
+  await stopAgent(a);
+  await rm(join(RUN, 'agents', a.name, 'status.json'), { force: true });
+  const fresh = await startAgent(a.index, join(RUN, 'bundle'), { disk: a.disk, extra });
+  a.child = fresh.child;
+}
+
+/** The agent's process has ended (its exit already seen). */
+const gone = (a: Agent) => a.child.exitCode !== null || a.child.signalCode !== null;
+
 async function stopAgent(a: Agent): Promise<void> {
-  if (a.exited) return;
+  if (gone(a)) return;
   a.child.kill('SIGTERM');
   const done = new Promise((r) => a.child.once('exit', r));
   if ((await Promise.race([done, sleep(5000, 'late')])) === 'late') a.child.kill('SIGKILL');
@@ -284,6 +308,8 @@ async function main(): Promise<number> {
         boot_interface: 'fake',
         power_interface: 'fake',
         management_interface: 'noop',
+        // in-band inspection, used by the lock-conflict fault only
+        inspect_interface: 'agent',
         network_interface: 'noop',
         properties: { cpu_arch: 'x86_64', root_device: { name: a.disk.path } },
       });
@@ -295,7 +321,7 @@ async function main(): Promise<number> {
     log(`${N} nodes enrolled; waiting for every agent's first heartbeat`);
     await waitUntil('every agent heartbeating', 300_000, async () => {
       for (const a of agents) {
-        if (a.exited)
+        if (gone(a))
           throw fleetError(
             `agent ${a.name} exited: ${(await readFile(join(a.logFile, '../stdout'), 'utf8')).slice(-800)}`,
           );
@@ -357,13 +383,54 @@ async function main(): Promise<number> {
     log(`undeploy of ${N}: ${undeploy.outcomes.size} available in ${secs(undeploy.wallMs)}`);
     for (const a of agents) a.peakRssKiB = Math.max(a.peakRssKiB, await peakRss(a.child.pid));
 
+    const byUuid = new Map(agents.map((a) => [a.uuid, a]));
+    const uuids = agents.map((a) => a.uuid);
+    let lock: LockOutcome | undefined;
+    if (FAULTS.includes('lock-conflict')) {
+      lock = await lockConflict({
+        ironic,
+        run: RUN,
+        uuids,
+        powerOff: async (uuid) => {
+          const a = byUuid.get(uuid)!;
+          a.peakRssKiB = Math.max(a.peakRssKiB, await peakRss(a.child.pid));
+          await stopAgent(a);
+        },
+        bootInspection: (uuid) =>
+          rebootAgent(byUuid.get(uuid)!, { 'ipa-inspection-callback-url': `${API}/v1/continue_inspection` }),
+        drive: async (group, verb, target) => {
+          const picked = group.map((u) => byUuid.get(u)!);
+          if (verb === 'active') for (const a of picked) await ironic.patch(a.uuid, instanceInfo);
+          const r = await driveAll(picked, verb, target, verb === 'active' ? deployArgs : () => ({}), 1_800_000);
+          return { failures: r.failures, wallMs: r.wallMs };
+        },
+        log,
+      });
+      failures.push(...lock.failures);
+    }
+    let stall: StallOutcome | undefined;
+    if (FAULTS.includes('image-stall')) {
+      stall = await imageStall({
+        ironic,
+        run: RUN,
+        ns: NS,
+        uuids,
+        deployArgs: (uuid) => deployArgs(byUuid.get(uuid)!),
+        prepare: (uuid) => ironic.patch(uuid, instanceInfo),
+        log,
+      });
+      failures.push(...stall.failures);
+      const after = await driveAll(agents, 'deleted', 'available', () => ({}), 1_800_000);
+      failures.push(...after.failures);
+      log(`image stall: undeploy: ${after.outcomes.size} available in ${secs(after.wallMs)}`);
+    }
+    for (const a of agents) a.peakRssKiB = Math.max(a.peakRssKiB, await peakRss(a.child.pid));
     let loss: LossOutcome | undefined;
     if (FAULTS.includes('conductor-loss')) {
-      const byUuid = new Map(agents.map((a) => [a.uuid, a]));
       loss = await conductorLoss({
         ironic,
         run: RUN,
-        uuids: agents.map((a) => a.uuid),
+        uuids,
         conductors: [CONDUCTORS[0]!, CONDUCTORS[1]!],
         deployArgs: (uuid) => deployArgs(byUuid.get(uuid)!),
         prepare: (uuid) => ironic.patch(uuid, instanceInfo),
@@ -377,6 +444,8 @@ async function main(): Promise<number> {
 
     const report = renderReport({
       beats: await heartbeats(RUN),
+      lock,
+      stall,
       loss,
       image,
       alone: alone.outcomes.get(first.uuid)?.ms ?? Number.NaN,
@@ -404,6 +473,8 @@ async function main(): Promise<number> {
 
 function renderReport(r: {
   beats: Heartbeats;
+  lock: LockOutcome | undefined;
+  stall: StallOutcome | undefined;
   loss: LossOutcome | undefined;
   image: Awaited<ReturnType<typeof buildImage>>;
   alone: number;
@@ -452,6 +523,8 @@ function renderReport(r: {
         `| ${t.server} | ${t.requests} | ${t.ranged} | ${mib(t.bytes)} | ${perFile(t.perNode)} | ${t.restarts} | ${mib(r.trafficAll.find((a) => a.server === t.server)?.bytes ?? 0)} |`,
     ),
     '',
+    ...(r.lock ? lockReport(r.lock) : []),
+    ...(r.stall ? stallReport(r.stall) : []),
     ...(r.loss
       ? [
           `Conductor loss: ${r.loss.killed} killed (SIGKILL) holding ${r.loss.orphaned} node(s) mid-deploy; ` +
@@ -465,6 +538,37 @@ function renderReport(r: {
     '',
   ];
   return lines.join('\n');
+}
+
+const statuses = (m: Record<string, number>) =>
+  Object.entries(m)
+    .map(([k, v]) => `${k}: ${v}`)
+    .join(', ') || 'none';
+
+function lockReport(l: LockOutcome): string[] {
+  return [
+    `Lock conflict: ${l.nodes} node(s) inspected at once under an inspection rule whose api-call waits ${l.holdS} s for ` +
+      `the inventory service (${l.hookCalls} call(s)), holding each node's lock after its agent got the token.`,
+    `- heartbeats in the fault, by the API's status: ${statuses(l.beats.byStatus)}; lookups: ${statuses(l.beats.lookups)}`,
+    `- agents' "heartbeat conflict" (409, retried 5-10 s later): ${l.beats.agentConflicts}, on ${l.agentsConflicted} of ${l.nodes} agents (at most ${l.maxPerAgent} on one)`,
+    `- agent boot to manageable with agent_url recorded: median ${l.inspectS[0].toFixed(1)} s, worst ${l.inspectS[1].toFixed(1)} s`,
+    `- then the same agents cleaned, deployed all to active in ${l.deployS.toFixed(1)} s and undeployed in ${l.undeployS.toFixed(1)} s`,
+    '',
+  ];
+}
+
+function stallReport(s: StallOutcome): string[] {
+  const t = s.victimTraffic;
+  return [
+    `Image stall: nginx of ${s.victim} stopped (SIGSTOP) for ${s.stalledS.toFixed(0)} s while sending to ${s.midTransfer.length} agent(s) ` +
+      `(${s.midTransfer.join(', ')}); ${s.activeDirectly} node(s) ended active directly (per-node deploy median ${s.deployS[0].toFixed(1)} s, ` +
+      `worst ${s.deployS[1].toFixed(1)} s), ${s.deployFailed.length} in deploy failed, ${s.redeployed} of those redeployed to active.`,
+    `- agents' logs: ${s.broke} download(s) broke and resumed with Range, ${s.resumeFailed} resume request(s) failed and were retried, ` +
+      `${s.unanswered} request(s) unanswered for 60 s and asked again, ${s.restarted} transfer(s) begun again from byte zero`,
+    `- ${s.victim}'s nginx during the fault: ${t?.requests ?? 0} request(s), ${t?.ranged ?? 0} with a Range, ${mib(t?.bytes ?? 0)} sent`,
+    ...[...new Set(s.deployFailed.map((f) => f.error))].map((e) => `- deploy failed with: ${e}`),
+    '',
+  ];
 }
 
 main().then(

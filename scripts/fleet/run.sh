@@ -8,7 +8,7 @@
 # exit, every process in the namespaces is ended, the namespaces deleted, the loop devices fleet.ts recorded
 # detached and the run directory removed (FLEET_KEEP=1 keeps the directory, for its logs).
 # Env: FLEET_NODES (default 24), FLEET_WAVES (default "true false": the force_raw_images of each wave),
-#      FLEET_FAULTS (default conductor-loss, after the last wave; empty for none), FLEET_IMAGE_MIB (default 64),
+#      FLEET_FAULTS (default "lock-conflict image-stall conductor-loss", after the last wave; empty for none), FLEET_IMAGE_MIB (default 64),
 #      FLEET_REPORT (a file the report is also appended to).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -93,7 +93,7 @@ for force_raw in $WAVES; do
   wave_up "$force_raw"
   # in the background and waited for, so that a TERM or INT reaches the trap at once (cleanup ends the driver)
   # the faults after the last wave only
-  faults=""; [ "$force_raw" = "${WAVES##* }" ] && faults=${FLEET_FAULTS-conductor-loss}
+  faults=""; [ "$force_raw" = "${WAVES##* }" ] && faults=${FLEET_FAULTS-lock-conflict image-stall conductor-loss}
   FLEET_FAULTS=$faults FLEET_FORCE_RAW=$force_raw ip netns exec "$(fleet_ns ctl)" scripts/node.sh --import tsx "$HERE/fleet.ts" &
   rc=0; wait $! || rc=$?
   echo "fleet: wave force_raw_images=$force_raw: driver exit $rc" >&2

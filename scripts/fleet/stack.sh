@@ -76,6 +76,9 @@ fleet_ironic_conf() {
     -e "s#^\[deploy\]#[deploy]\nerase_devices_priority = 0\nerase_devices_metadata_priority = 10#" \
     -e "s#^\[conductor\]#[conductor]\nheartbeat_interval = 5\nheartbeat_timeout = 20#" \
     "$SID/ironic.conf.in" > "$dir/ironic.conf"
+  # The lock-conflict fault inspects the nodes (inspect_interface=agent): fake boot cannot boot a ramdisk, so
+  # Ironic runs unmanaged inspection and the harness boots the agent, as an operator's own PXE set-up would.
+  printf '\n[inspector]\nrequire_managed_boot = false\n' >> "$dir/ironic.conf"
 }
 
 # fleet_ironic_up NAME NS DAEMON: DAEMON (ironic-api or ironic-conductor) with $RUN/NAME/ironic.conf in
