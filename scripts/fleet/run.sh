@@ -9,7 +9,8 @@
 # detached and the run directory removed (FLEET_KEEP=1 keeps the directory, for its logs).
 # Env: FLEET_NODES (default 24), FLEET_WAVES (default "true false": the force_raw_images of each wave),
 #      FLEET_FAULTS (default "lock-conflict image-stall conductor-loss", after the last wave; empty for none), FLEET_IMAGE_MIB (default 64),
-#      FLEET_REPORT (a file the report is also appended to).
+#      FLEET_REPORT (a file the report is also appended to),
+#      SUITE_REPORT (.ci/run: the waves that passed and failed are written there as vitest's counts, one test a wave).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -21,6 +22,7 @@ ROOT=$(bash "$SID/ensure-chroot.sh")
 export FLEET_NODES=${FLEET_NODES:-24}
 WAVES=${FLEET_WAVES:-true false}
 FLEET_NS="inafl$$"
+waves_passed=0
 RUN=$(mktemp -d /tmp/ina-fleet-XXXXXX)
 export RUN FLEET_NS
 # shellcheck source=net.sh
@@ -51,6 +53,12 @@ cleanup() {
   echo "fleet: namespaces $FLEET_NS-*, their processes and loop devices removed" >&2
   # the verdict is the last line
   if [ "$rc" = 0 ]; then echo "fleet: PASS" >&2; else echo "fleet: FAIL (exit $rc)" >&2; fi
+  if [ -n "${SUITE_REPORT:-}" ]; then
+    local failed=0
+    [ "$rc" = 0 ] || failed=1
+    printf '{"numPassedTests":%d,"numFailedTests":%d,"numPendingTests":0,"numTodoTests":0,"success":%s}\n' \
+      "$waves_passed" "$failed" "$([ "$rc" = 0 ] && echo true || echo false)" > "$SUITE_REPORT"
+  fi
   exit $rc
 }
 trap cleanup EXIT
@@ -99,6 +107,7 @@ for force_raw in $WAVES; do
   echo "fleet: wave force_raw_images=$force_raw: driver exit $rc" >&2
   [ "$rc" = 0 ] || status=1
   [ "$status" = 0 ] || break
+  waves_passed=$((waves_passed + 1))
   fleet_net_down
   fleet_loops_down
   # a fresh database and fresh conductors for the next wave (FLEET_KEEP: this wave's logs kept in wave-<force_raw>)
