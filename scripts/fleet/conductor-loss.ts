@@ -8,6 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { IronicRest } from './ironic-rest.ts';
+import { redeployFailed } from './redeploy.ts';
 
 export interface LossOutcome {
   killed: string;
@@ -103,32 +104,13 @@ export async function conductorLoss(opts: {
     }
     await sleep(1000);
   }
-  const failed = [...settled.entries()].filter(([, s]) => s.state !== 'active');
-  for (const [, s] of failed)
-    if (s.state !== 'deploy failed') failures.push(`conductor loss: ${s.name} ended ${s.state}: ${s.error}`);
-  log(`conductor loss: ${settled.size - failed.length} active directly, ${failed.length} failed; redeploying those`);
-
-  let redeployed = 0;
-  for (const [uuid] of failed) {
-    await opts.prepare(uuid);
-    await ironic.provision(uuid, 'active', opts.deployArgs(uuid));
-  }
-  for (const [uuid, s] of failed) {
-    const end = Date.now() + 600_000;
-    for (;;) {
-      const n = await ironic.node(uuid);
-      if (n.provision_state === 'active' && n.target_provision_state === null) {
-        if (n.conductor !== survivor) failures.push(`conductor loss: ${s.name} redeployed by ${n.conductor}`);
-        redeployed++;
-        break;
-      }
-      if (/failed$|^error$/.test(n.provision_state) || Date.now() > end) {
-        failures.push(`conductor loss: redeploy of ${s.name} ended ${n.provision_state}: ${n.last_error}`);
-        break;
-      }
-      await sleep(1000);
-    }
-  }
+  const { failed, redeployed } = await redeployFailed({
+    ...opts,
+    settled,
+    fault: 'conductor loss',
+    failures,
+    checkActive: (n, s) => (n.conductor === survivor ? null : `${s.name} redeployed by ${n.conductor}`),
+  });
   return {
     killed: victim,
     survivor,

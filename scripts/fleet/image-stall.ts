@@ -13,6 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { agentMessages } from './heartbeats.ts';
 import type { IronicRest } from './ironic-rest.ts';
+import { redeployFailed } from './redeploy.ts';
 import { imageServerTraffic, type Traffic } from './traffic.ts';
 
 const run$ = promisify(execFile);
@@ -124,30 +125,7 @@ export async function imageStall(opts: {
     }
     await sleep(1000);
   }
-  const failed = [...settled.entries()].filter(([, s]) => s.state !== 'active');
-  for (const [, s] of failed)
-    if (s.state !== 'deploy failed') failures.push(`image stall: ${s.name} ended ${s.state}: ${s.error}`);
-  log(`image stall: ${settled.size - failed.length} active directly, ${failed.length} failed; redeploying those`);
-  let redeployed = 0;
-  for (const [uuid] of failed) {
-    await opts.prepare(uuid);
-    await ironic.provision(uuid, 'active', opts.deployArgs(uuid));
-  }
-  for (const [uuid, s] of failed) {
-    const end = Date.now() + 600_000;
-    for (;;) {
-      const n = await ironic.node(uuid);
-      if (n.provision_state === 'active' && n.target_provision_state === null) {
-        redeployed++;
-        break;
-      }
-      if (/failed$|^error$/.test(n.provision_state) || Date.now() > end) {
-        failures.push(`image stall: redeploy of ${s.name} ended ${n.provision_state}: ${n.last_error}`);
-        break;
-      }
-      await sleep(1000);
-    }
-  }
+  const { failed, redeployed } = await redeployFailed({ ...opts, settled, fault: 'image stall', failures });
 
   const logsAfter = await agentMessages(opts.run, Object.values(MSGS));
   const count = (msg: string) =>
