@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The Ironic conformance suite (test/ironic/) against one real conductor, picked by INA_IRONIC:
 #   21.4 (default)  Debian bookworm's Ironic from the host's packages (scripts/ironic-standalone); the run holds
-#                   /tmp/ina-ironic.lock, the lock every user of that harness takes, unless an ancestor (e.g.
-#                   `flock /tmp/ina-ironic.lock npm run test:ironic`) already holds it;
+#                   /run/lock/ina-ironic.lock, the lock every user of that harness takes, unless an ancestor (e.g.
+#                   `flock /run/lock/ina-ironic.lock npm run test:ironic`) already holds it;
 #   sid             Debian sid's newest Ironic from a cached chroot (scripts/ironic-sid), on free ports, no lock.
 # Arguments go to vitest (a file name runs one scenario file). Prints the suite's time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export INA_IRONIC=${INA_IRONIC:-21.4}
-LOCK=/tmp/ina-ironic.lock
+LOCK=/run/lock/ina-ironic.lock # not /tmp, which tests leave as they found it
+mkdir -p /run/lock
 
 ancestor_holds_lock() {
   [ -e "$LOCK" ] || return 1

@@ -10,7 +10,7 @@
 //   keyboard, tablet and storage stick (the stick is the tape), one NVMe disk, no IPMI.
 // Needs the built ramdisk (npm run build:ramdisk; --image-build <dir> reads another tree's image-build/out
 // and image-build/cache, read-only). QEMU, so take the e2e lock:
-//   flock /tmp/ina-e2e.lock scripts/node.sh --import tsx scripts/inspect/record-in-vm.ts [--profile laptop] <out-dir>
+//   flock /run/lock/ina-e2e.lock scripts/node.sh --import tsx scripts/inspect/record-in-vm.ts [--profile laptop] <out-dir>
 import { execFileSync, spawnSync } from 'node:child_process';
 import {
   existsSync,

@@ -19,7 +19,9 @@ afterAll(() => {
   if (phases.length === 0) return;
   const table = formatPhases(phases);
   console.log(table);
-  writeFileSync(join(process.env.FULLLOOP_REPORT_DIR ?? '/tmp', 'fullloop-phases.txt'), `${table}\n`);
+  // Kept only where asked: nothing of a run stays in /tmp.
+  const dir = process.env.FULLLOOP_REPORT_DIR;
+  if (dir) writeFileSync(join(dir, 'fullloop-phases.txt'), `${table}\n`);
 });
 
 describe.each(firmwares)('full loop, %s', (firmware) => {

@@ -7,6 +7,7 @@
 // reads only once all the other side's ports listen: the partner's reader waits for the agent's writer, and the
 // test starts the agent's reader (the clean step) only after `writerListening()`.
 import { createServer } from 'node:net';
+import { mkdirSync } from 'node:fs';
 import { execa } from 'execa';
 import { fioNetworkArgs, NETWORK_PORT } from '../../agent/burnin/fio.ts';
 
@@ -34,6 +35,7 @@ export interface FioPorts {
  * its file is in /run/lock (a tmpfs emptied at boot), not /tmp, which tests leave as they found it.
  */
 export async function claimFioPorts(): Promise<FioPorts> {
+  mkdirSync('/run/lock', { recursive: true });
   const holder = execa('flock', ['/run/lock/ina-fio-net.lock', 'sh', '-c', 'echo held; exec cat >/dev/null'], {
     stdin: 'pipe',
     reject: false,
