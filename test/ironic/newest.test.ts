@@ -19,6 +19,8 @@ import { StepChain } from './support/step-chain.ts';
 
 const S = 'newest';
 const NEW = ironicKind() === 'sid';
+if (!NEW)
+  console.warn('newest.test.ts N3 skipped: servicing needs API 1.87; Ironic 21.4 speaks 1.82 (INA_IRONIC=sid runs it)');
 const TRAIT = 'CUSTOM_INA_INJECT';
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 let rig: Rig;
