@@ -19,6 +19,7 @@ import { startProxy, type Proxy as ForwardProxy } from '../helpers/image-server.
 import { startImageServer, type ImageServer } from '../ironic/support/image-server.ts';
 import { StepChain } from '../ironic/support/step-chain.ts';
 import { ensureSidChroot, sidUnavailable, startIronicForVm, type IronicForVm } from './ironic-vm.ts';
+import { bytesAt } from './raid-vm.ts';
 import { HOST_IN_GUEST, OUT, randomMac, startVm, until, type SlottedDisk, type Vm } from './vm.ts';
 
 const run = promisify(execFile);
@@ -151,17 +152,6 @@ async function readText(file: string): Promise<string> {
   const fh = await open(file, 'r');
   try {
     return await fh.readFile('utf8');
-  } finally {
-    await fh.close();
-  }
-}
-
-async function bytesAt(file: string, at: number, length: number): Promise<Buffer> {
-  const fh = await open(file, 'r');
-  try {
-    const buf = Buffer.alloc(length);
-    await fh.read(buf, 0, length, at);
-    return buf;
   } finally {
     await fh.close();
   }
