@@ -39,3 +39,14 @@ export async function installFakes(scripts: Record<string, string>): Promise<Fak
     },
   };
 }
+
+/** Runs `body` with PATH set to `path` (a folder of stand-ins, or none at all), then puts PATH back. */
+export async function withPath<T>(path: string, body: () => Promise<T>): Promise<T> {
+  const saved = process.env.PATH;
+  process.env.PATH = path;
+  try {
+    return await body();
+  } finally {
+    process.env.PATH = saved;
+  }
+}

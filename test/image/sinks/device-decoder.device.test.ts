@@ -13,6 +13,7 @@ import { DeviceGuard } from '../../../agent/safety/device-guard.ts';
 import { readDevice } from '../../helpers/image-agent.ts';
 import { pack } from '../../helpers/make-image.ts';
 import { MiB, withLoops } from '../../helpers/loop.ts';
+import { withPath } from '../../helpers/fake-tools.ts';
 
 const HEAD = 64 * 1024;
 
@@ -100,15 +101,11 @@ it('zstd: refuses a stream whose first 8 MiB decode to nothing (a skippable fram
 
 it('a decoder that cannot be started is a ToolError, not a verdict on the image', async () => {
   const packed = await pack('zstd', randomBytes(100_000));
-  const path = process.env.PATH;
-  process.env.PATH = '/nonexistent';
-  try {
+  await withPath('/nonexistent', async () => {
     const failure = drain(decodedHeadGate('zstd', HEAD, async () => undefined)(pieces(packed)));
     await expect(failure).rejects.toBeInstanceOf(ToolError);
     await expect(failure).rejects.toThrow(/zstd could not be started/);
-  } finally {
-    process.env.PATH = path;
-  }
+  });
 });
 
 /** The loop device as a sink target, with the guard allowing only it. */

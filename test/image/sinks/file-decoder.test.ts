@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeToFile } from '../../../agent/image/sinks/file-decoder.ts';
 import { ImageDownloadError, ImageWriteError, InvalidImage, ToolError } from '../../../agent/errors.ts';
 import { pack } from '../../helpers/make-image.ts';
+import { withPath } from '../../helpers/fake-tools.ts';
 
 const MiB = 1024 * 1024;
 
@@ -34,16 +35,6 @@ async function pathWith(name: string, pigz?: string): Promise<string> {
     await chmod(join(bin, 'pigz'), 0o755);
   }
   return bin;
-}
-
-async function withPath<T>(path: string, body: () => Promise<T>): Promise<T> {
-  const saved = process.env.PATH;
-  process.env.PATH = path;
-  try {
-    return await body();
-  } finally {
-    process.env.PATH = saved;
-  }
 }
 
 let dir: string;

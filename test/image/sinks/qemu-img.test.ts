@@ -13,6 +13,7 @@ import { ToolError } from '../../../agent/errors.ts';
 import { DeviceGuard } from '../../../agent/safety/device-guard.ts';
 import { DeviceTarget } from '../../../agent/image/sinks/device-target.ts';
 import { QemuImgSink } from '../../../agent/image/sinks/qemu-img.ts';
+import { withPath } from '../../helpers/fake-tools.ts';
 
 const MiB = 1024 * 1024;
 let dir: string;
@@ -32,16 +33,6 @@ function sink(): QemuImgSink {
     pino({ level: 'silent' }),
   );
   return new QemuImgSink(target, 1024, () => undefined);
-}
-
-async function withPath<T>(path: string, body: () => Promise<T>): Promise<T> {
-  const saved = process.env.PATH;
-  process.env.PATH = path;
-  try {
-    return await body();
-  } finally {
-    process.env.PATH = saved;
-  }
 }
 
 const input = () => ({ file: image, format: 'raw', virtualSize: bytes.length });
