@@ -5,9 +5,9 @@
 // disk reports the method that erased it and a passing read-back.
 import { open, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { request } from 'undici';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { workDir } from '../helpers/make-image.ts';
+import { agentCommand, agentStatus } from './agent-api.ts';
 import { OUT, randomMac, startVm, until, type Vm } from './vm.ts';
 
 const MiB = 1024 * 1024;
@@ -78,28 +78,6 @@ async function survivors(path: string): Promise<{ pattern: number; nonZero: numb
   return { pattern, nonZero };
 }
 
-async function agentStatus(v: Vm): Promise<true | undefined> {
-  const r = await request(`http://127.0.0.1:${v.agentPort}/v1/status`, { headersTimeout: 2000, bodyTimeout: 2000 });
-  await r.body.dump();
-  return r.statusCode === 200 ? true : undefined;
-}
-
-async function agentCommand(v: Vm, name: string, params: Record<string, unknown>) {
-  const r = await request(`http://127.0.0.1:${v.agentPort}/v1/commands/?wait=true`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ name, params }),
-    headersTimeout: 0,
-    bodyTimeout: 0,
-  });
-  expect(r.statusCode).toBe(200);
-  return (await r.body.json()) as {
-    command_status: string;
-    command_result: { clean_result: Record<string, any> } | null;
-    command_error: unknown;
-  };
-}
-
 describe('erase_devices in the ramdisk under QEMU', () => {
   it('erases an NVMe namespace with Format NVM, a SATA disk on AHCI and a virtio disk: no pattern survives, each disk reports its method and read-back', async () => {
     const virtio = await patternDisk('virtio');
@@ -122,7 +100,7 @@ describe('erase_devices in the ramdisk under QEMU', () => {
     report(`booted in ${((Date.now() - v.startedAt) / 1000).toFixed(1)} s (${v.accel})`);
 
     const started = Date.now();
-    const r = await agentCommand(v, 'clean.execute_clean_step', {
+    const r = await agentCommand<{ clean_result: Record<string, any> }>(v, 'clean.execute_clean_step', {
       step: { step: 'erase_devices', priority: 10, interface: 'deploy', reboot_requested: false, abortable: true },
       node: {
         uuid: 'e2e-erase',

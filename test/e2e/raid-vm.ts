@@ -4,20 +4,16 @@
 // the disk files.
 import { copyFile, open, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { request } from 'undici';
 import { expect } from 'vitest';
 import { workDir } from '../helpers/make-image.ts';
+import { agentCommand, agentStatus, type CommandRecord } from './agent-api.ts';
 import { OUT, randomMac, startVm, until, type GuestForward, type Vm } from './vm.ts';
 
 const GiB = 2 ** 30;
 const OVMF_CODE = '/usr/share/OVMF/OVMF_CODE_4M.fd';
 const OVMF_VARS = '/usr/share/OVMF/OVMF_VARS_4M.fd';
 
-export interface Result {
-  command_status: string;
-  command_result: Record<string, any> | null;
-  command_error: { type: string; message: string; details: string } | null;
-}
+export type Result = CommandRecord;
 
 export interface RaidVm {
   vm: Vm;
@@ -47,12 +43,6 @@ export async function bytesAt(file: string, at: number, length: number): Promise
   } finally {
     await fh.close();
   }
-}
-
-async function agentStatus(v: Vm): Promise<true | undefined> {
-  const r = await request(`http://127.0.0.1:${v.agentPort}/v1/status`, { headersTimeout: 2000, bodyTimeout: 2000 });
-  await r.body.dump();
-  return r.statusCode === 200 ? true : undefined;
 }
 
 export async function startRaidVm(o: {
@@ -97,15 +87,7 @@ export async function startRaidVm(o: {
     report(`booted in ${((Date.now() - v.startedAt) / 1000).toFixed(1)} s (${v.accel}${o.uefi ? ', OVMF' : ''})`);
     const command = async (name: string, params: Record<string, unknown>): Promise<Result> => {
       const t0 = Date.now();
-      const r = await request(`http://127.0.0.1:${v.agentPort}/v1/commands/?wait=true`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ name, params }),
-        headersTimeout: 0,
-        bodyTimeout: 0,
-      });
-      expect(r.statusCode).toBe(200);
-      const body = (await r.body.json()) as Result;
+      const body = await agentCommand(v, name, params);
       const step = (params.step as { step?: string } | undefined)?.step ?? '';
       report(`${name} ${step}: ${body.command_status} in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
       return body;

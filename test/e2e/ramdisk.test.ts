@@ -6,13 +6,13 @@ import { createHash, randomUUID } from 'node:crypto';
 import { mkdir, readFile, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { request } from 'undici';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { buildIso, toWire } from '../helpers/configdrive.ts';
 import { FakeConductor } from '../helpers/fake-conductor.ts';
 import { readDevice } from '../helpers/image-agent.ts';
 import { startImageServer, type ImageServer } from '../helpers/image-server.ts';
 import { compress, makeDiskImage, toQcow2, workDir } from '../helpers/make-image.ts';
+import { agentCommand, agentStatus } from './agent-api.ts';
 import { HOST_IN_GUEST, OUT, randomMac, startVm, until, type Vm } from './vm.ts';
 
 const CONDUCTOR_PORT = 6385;
@@ -61,29 +61,6 @@ async function partitions(disk: string): Promise<{ number: number; start: number
 
 function report(line: string): void {
   process.stdout.write(`[e2e] ${line}\n`);
-}
-
-/** GET /v1/status through the VM's port forward: the status once the agent answers 200, else undefined. */
-async function agentStatus(v: Vm): Promise<{ version: string; started_at: number } | undefined> {
-  const r = await request(`http://127.0.0.1:${v.agentPort}/v1/status`, { headersTimeout: 2000, bodyTimeout: 2000 });
-  if (r.statusCode === 200) return (await r.body.json()) as { version: string; started_at: number };
-  await r.body.dump();
-  return undefined;
-}
-
-/** Runs a command on the VM's agent (no token: standalone) and returns its final record. */
-async function agentCommand(v: Vm, name: string, params: Record<string, unknown> = {}) {
-  const r = await request(`http://127.0.0.1:${v.agentPort}/v1/commands/?wait=true`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ name, params }),
-  });
-  expect(r.statusCode).toBe(200);
-  return (await r.body.json()) as {
-    command_status: string;
-    command_result: { result: string; system_logs?: string } | null;
-    command_error: unknown;
-  };
 }
 
 /** QEMU's exit code once the VM powers off, or 'still running' after `ms`. */
