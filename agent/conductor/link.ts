@@ -58,7 +58,9 @@ export function withLookupConfig(config: Config, lc: LookupConfig): Config {
   if (lc.md5Enabled !== undefined) image.md5Enabled = lc.md5Enabled;
   if (lc.disableDeepImageInspection !== undefined) image.disableDeepInspection = lc.disableDeepImageInspection;
   if (lc.permittedImageFormats) image.permittedFormats = lc.permittedImageFormats;
-  return { ...config, image };
+  // As IPA: the conductor can only turn it on; its default (false) never undoes an operator's local opt-in.
+  const enableBiosBootloaderInstall = config.enableBiosBootloaderInstall || lc.enableBiosBootloaderInstall === true;
+  return { ...config, image, enableBiosBootloaderInstall };
 }
 
 export class ConductorLink {

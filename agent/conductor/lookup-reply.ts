@@ -24,6 +24,7 @@ export interface LookupConfig {
   md5Enabled?: boolean;
   disableDeepImageInspection?: boolean;
   permittedImageFormats?: string[];
+  enableBiosBootloaderInstall?: boolean;
   /** Everything the conductor sent, for whoever needs a key not typed here. */
   raw: Record<string, unknown>;
 }
@@ -95,6 +96,7 @@ export function parseLookupReply(text: string): LookupReply {
       // A value that is no boolean is ignored, and the agent's own setting stands.
       md5Enabled: parseBoolean(raw.agent_md5_checksum_enable),
       disableDeepImageInspection: parseBoolean(raw.disable_deep_image_inspection),
+      enableBiosBootloaderInstall: parseBoolean(raw.enable_bios_bootloader_install),
       permittedImageFormats:
         Array.isArray(formats) && formats.every((f) => typeof f === 'string') ? (formats as string[]) : undefined,
       raw,

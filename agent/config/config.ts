@@ -107,6 +107,12 @@ export interface Config {
   statusFile?: string;
   console: { device?: string; shell: boolean };
   ignoreBootloaderFailure: boolean;
+  /**
+   * Whether install_bootloader may run the deployed image's own grub-install (and grub-mkconfig) in a chroot of it,
+   * as software RAID under BIOS needs: tenant code run as root in the ramdisk, hence off by default (CVE-2026-43003).
+   * Set here (ipa-enable-bios-bootloader-install) or by a lookup reply's `enable_bios_bootloader_install: true`.
+   */
+  enableBiosBootloaderInstall: boolean;
 }
 
 const API_URL = /^(mdns|https?:\/\/.+)$/;
@@ -123,7 +129,6 @@ export const QEMU_IMG_MIN_MIB = 384;
 export const NOT_ACTED_ON: Readonly<Record<string, string>> = {
   'ipa-use-mdns': 'finding the conductor by mDNS is not supported; give ipa-api-url',
   'ipa-inspection-benchmarks': 'the extra-hardware collector and its benchmarks are not implemented',
-  'ipa-enable-bios-bootloader-install': 'installing a BIOS boot loader is not implemented',
   'ipa-fail-if-clock-not-set': 'a failed clock sync is logged and the agent goes on',
   'ipa-auto-tls-allowed-clock-skew': "the auto-TLS certificate always allows IPA's default skew of one hour",
   'ipa-listen-tls': 'TLS with an operator-supplied certificate is not implemented; auto-TLS is',
@@ -239,6 +244,7 @@ export function buildConfig(
     statusFile: r.str('status-file'),
     console: { device: r.str('console-device'), shell: r.bool('ina-console-shell', false) },
     ignoreBootloaderFailure: r.bool('ipa-ignore-bootloader-failure', false),
+    enableBiosBootloaderInstall: r.bool('ipa-enable-bios-bootloader-install', false),
   };
   for (const name of ['kernel-cmdline', 'config-file', 'config-dir']) r.str(name);
 

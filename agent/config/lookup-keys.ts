@@ -13,6 +13,7 @@ export const LOOKUP_KEYS_ACTED_ON = [
   'permitted_image_formats',
   'tls_min_version',
   'tls_cipher_suites',
+  'enable_bios_bootloader_install',
 ] as const;
 
 interface Ignored {
@@ -37,10 +38,6 @@ export const LOOKUP_KEYS_NOT_ACTED_ON: Readonly<Record<string, Ignored>> = {
   },
   agent_skip_bmc_detect: {
     why: 'the BMC is asked with ipmitool wherever the kernel exposes an IPMI device',
-    matters: (v) => v === true,
-  },
-  enable_bios_bootloader_install: {
-    why: 'installing a BIOS boot loader is not implemented',
     matters: (v) => v === true,
   },
 };

@@ -14,7 +14,7 @@ import { isConfigDriveLabel } from './format.ts';
 import type { ConfigDriveImage } from './prepare.ts';
 import { listPartitions, rescanPartitions, tableType, type Partition } from '../disk/partitions.ts';
 import { mbrTailRegion, readTable, tailPlacement, MiB, type Region, type TableEntry } from '../disk/partition-table.ts';
-import { kernelNameOf, partitionName, SYS_BLOCK } from '../disk/sysfs.ts';
+import { kernelNameOf, logicalSectorSize, partitionName, SYS_BLOCK } from '../disk/sysfs.ts';
 import { readSys } from '../host/sysfs.ts';
 
 export const CONFIG_DRIVE_PARTITION_BYTES = 64 * MiB;
@@ -24,8 +24,7 @@ type Services = Pick<AgentServices, 'config' | 'log' | 'guard'>;
 async function diskGeometry(disk: string): Promise<{ bytes: number; sectorSize: number }> {
   const name = kernelNameOf(disk);
   const sectors = Number(await readSys(`${SYS_BLOCK}/${name}/size`));
-  const sectorSize = Number(await readSys(`${SYS_BLOCK}/${name}/queue/logical_block_size`)) || 512;
-  return { bytes: sectors * 512, sectorSize };
+  return { bytes: sectors * 512, sectorSize: await logicalSectorSize(disk) };
 }
 
 async function existingConfigDrive(services: Services, disk: string): Promise<Partition | null> {

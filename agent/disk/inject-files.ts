@@ -5,8 +5,7 @@
 // The image is untrusted: paths never leave the mounted partition, through `..` or through a symlink.
 // Content is base64, or, as in IPA, a URL (it contains `://`), with `{node[...]}` fields filled from the node,
 // fetched with the image download's client and bounds before any partition is touched.
-import { lstat, mkdir, mkdtemp, chmod, chown, realpath, rm, rmdir, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { lstat, mkdir, chmod, chown, realpath, rm, writeFile } from 'node:fs/promises';
 import { isAbsolute, join, relative } from 'node:path';
 import type { AgentServices } from '../services.ts';
 import { isObject } from '../parse.ts';
@@ -17,7 +16,7 @@ import {
   InvalidCommandParamsError,
   ProtectedDeviceError,
 } from '../errors.ts';
-import { run } from '../exec.ts';
+import { withMounted } from '../host/mounts.ts';
 import { Dispatchers } from '../image/dispatchers.ts';
 import { readBounded } from '../image/http.ts';
 import { Transfer } from '../image/transfer.ts';
@@ -210,17 +209,6 @@ function findBySpec(parts: Partition[], spec: number | string, disk: string): Pa
   return found;
 }
 
-async function withMounted<T>(services: AgentServices, part: Partition, fn: (root: string) => Promise<T>): Promise<T> {
-  const dir = await mkdtemp(join(tmpdir(), 'ina-inject-'));
-  await run('mount', [part.path, dir], { log: services.log });
-  try {
-    return await fn(dir);
-  } finally {
-    await run('umount', [dir], { log: services.log });
-    await rmdir(dir);
-  }
-}
-
 /**
  * `relPath` inside `root`, refusing any route (symlinked directory or final symlink) that leads outside it.
  * Missing directories are made one at a time, each only once the one above it proved to be inside: a symlink in
@@ -282,14 +270,14 @@ export async function injectFiles(
       const top = f.path.split('/').filter((c) => c !== '').length === 1 ? '' : first;
       for (const p of parts.filter((x) => x.fstype && x.fstype !== 'swap')) {
         const has = await withMounted(
-          services,
-          p,
+          p.path,
           async (root) =>
             top === '' ||
             (await lstat(join(root, top)).then(
               () => true,
               () => false,
             )),
+          { log: services.log, prefix: 'ina-inject-' },
         );
         if (has) {
           part = p;
@@ -301,7 +289,7 @@ export async function injectFiles(
           `No partition of ${disk.path} holds ${top === '' ? 'a filesystem' : `/${top}`} for ${f.path}`,
         );
     }
-    await withMounted(services, part, (root) => applyOne(root, f));
+    await withMounted(part.path, (root) => applyOne(root, f), { log: services.log, prefix: 'ina-inject-' });
     done.push(`${f.deleted ? 'deleted' : 'wrote'} ${f.path} on ${part.path}`);
   }
   services.log.info({ files: done }, 'files injected');

@@ -17,7 +17,7 @@ import { findEfiLoaders, type EfiLoader } from './efi-loaders.ts';
 import { activeArrays, holderDisks } from './md.ts';
 import { findEsp } from './partition-uuids.ts';
 import { listPartitions, rescanPartitions, type Partition } from './partitions.ts';
-import { kernelNameOf, SYS_BLOCK } from './sysfs.ts';
+import { kernelNameOf, logicalSectorSize, SYS_BLOCK } from './sysfs.ts';
 
 const MiB = 2 ** 20;
 /** IPA's ESP size, and where the layout's room for it starts (the usual first aligned sector). */
@@ -76,10 +76,6 @@ export interface RaidEsp {
   done: string[];
 }
 
-async function sectorSize(disk: string): Promise<number> {
-  return Number((await readSys(`${SYS_BLOCK}/${kernelNameOf(disk)}/queue/logical_block_size`)) ?? 512);
-}
-
 async function deviceBytes(dev: string): Promise<number> {
   return Number((await readSys(`${SYS_BLOCK}/${kernelNameOf(dev)}/size`)) ?? 0) * 512;
 }
@@ -91,7 +87,7 @@ async function holderEsp(ctx: TaskContext, holder: string, index: number, done: 
   const parts = await listPartitions(holder, ctx.log);
   const found = parts.find((p) => p.partLabel === label);
   if (found) return found;
-  const at = espPlacement(holder, parts, await sectorSize(holder));
+  const at = espPlacement(holder, parts, await logicalSectorSize(holder));
   await ctx.guard.assertPartitionAddable(holder, 'add an EFI system partition to');
   await run(
     'sgdisk',

@@ -101,3 +101,8 @@ export async function sysIdentity(name: string, sysBlock = SYS_BLOCK): Promise<S
 export function kernelNameOf(path: string): string {
   return basename(path);
 }
+
+/** A disk's logical sector size in bytes (what sgdisk's sector numbers count), 512 when sysfs does not say. */
+export async function logicalSectorSize(disk: string, sysBlock = SYS_BLOCK): Promise<number> {
+  return Number(await readSys(`${sysBlock}/${kernelNameOf(disk)}/queue/logical_block_size`)) || 512;
+}

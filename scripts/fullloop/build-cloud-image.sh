@@ -3,7 +3,9 @@
 # cloud-init reading only the ConfigDrive datasource, and GRUB for both firmwares (BIOS boot
 # partition + core.img; EFI at the removable path \EFI\BOOT\BOOTX64.EFI), on GPT. Output: a
 # compressed qcow2 and its sha256, cached outside the tree under a key of everything that goes in.
-# The software RAID suite deploys the same image onto a RAID-1: mdadm in the initramfs and GRUB's mdraid1x.
+# The software RAID suite deploys the same image onto a RAID-1: mdadm in the initramfs and GRUB's mdraid1x; and
+# grub-install, grub-mkconfig and /etc/default/grub as Debian's own cloud images have them, for the BIOS opt-in
+# (the agent runs the image's grub-install in a chroot of it; docs/raid.md).
 #
 # Two cached stages: the mmdebstrap root tarball (slow: ~17 min cold on 2 busy cores), keyed by suite,
 # variant, packages and hook; the disk image, keyed by the rootfs key and this script.
@@ -12,7 +14,7 @@ set -euo pipefail
 cache=${INA_CACHE_DIR:-/var/cache/ironic-node-agent}/fullloop
 mkdir -p "$cache"
 suite=bookworm variant=minbase
-packages="cloud-init grub-efi-amd64-bin grub-pc-bin ifupdown initramfs-tools iproute2 isc-dhcp-client linux-image-cloud-amd64 mdadm netbase systemd-sysv udev zstd"
+packages="cloud-init grub-efi-amd64-bin grub-pc-bin grub2-common ifupdown initramfs-tools iproute2 isc-dhcp-client linux-image-cloud-amd64 mdadm netbase systemd-sysv udev zstd"
 hook='rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*'
 rootfs_inputs="suite=$suite variant=$variant packages=$packages hook=$hook"
 rootfs_key=$(printf '%s' "$rootfs_inputs" | sha256sum | cut -c1-12)
@@ -92,6 +94,18 @@ echo debian > "$mnt/etc/hostname"
 cat > "$mnt/etc/cloud/cloud.cfg.d/90-fullloop.cfg" <<CFG
 # No metadata service here: the config drive the agent wrote is the only source.
 datasource_list: [ ConfigDrive, None ]
+CFG
+# What grub-mkconfig makes of it when the agent installs GRUB for BIOS (software RAID, the opt-in): Debian's
+# cloud images' console settings, no menu wait.
+cat > "$mnt/etc/default/grub" <<'CFG'
+GRUB_DEFAULT=0
+GRUB_TIMEOUT=0
+GRUB_DISTRIBUTOR=Debian
+GRUB_CMDLINE_LINUX_DEFAULT=""
+GRUB_CMDLINE_LINUX="console=tty0 console=ttyS0,115200"
+GRUB_TERMINAL="console serial"
+GRUB_SERIAL_COMMAND="serial --speed=115200"
+GRUB_DISABLE_OS_PROBER=true
 CFG
 mkdir -p "$mnt/boot/grub"
 # the modules beside grub.cfg, as grub-install leaves them: whatever the menu loads beyond the core image

@@ -110,6 +110,22 @@ describe('lookup reply', () => {
     expect(partial.image).toEqual(given.image);
   });
 
+  it('turns the BIOS boot loader install on from a lookup reply, and never off (IPA applies only true)', () => {
+    const reply = (v: unknown) =>
+      parseLookupReply(
+        JSON.stringify({ node: { uuid: 'u' }, config: { heartbeat_timeout: 30, enable_bios_bootloader_install: v } }),
+      ).config;
+    const off = buildConfig(new Map(), new Map([['standalone', 'true']]));
+    expect(off.enableBiosBootloaderInstall).toBe(false);
+    expect(withLookupConfig(off, reply(true)).enableBiosBootloaderInstall).toBe(true);
+    expect(withLookupConfig(off, reply(false)).enableBiosBootloaderInstall).toBe(false);
+    expect(withLookupConfig(off, reply('yes please')).enableBiosBootloaderInstall).toBe(false);
+    const on = buildConfig(new Map([['ipa-enable-bios-bootloader-install', '1']]), new Map([['standalone', 'true']]));
+    expect(on.enableBiosBootloaderInstall).toBe(true);
+    expect(on.notActedOn.join(' ')).not.toContain('bios');
+    expect(withLookupConfig(on, reply(false)).enableBiosBootloaderInstall).toBe(true);
+  });
+
   it('accepts an old API with a top-level heartbeat_timeout and no config', () => {
     expect(parseLookupReply('{"node": {"uuid": "u"}, "heartbeat_timeout": 300}').config.heartbeatTimeoutS).toBe(300);
   });

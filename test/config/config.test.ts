@@ -119,7 +119,6 @@ describe('configuration', () => {
     ).toEqual([
       'config.metrics={"backend":"statsd"} (the agent emits no metrics)',
       'config.agent_skip_bmc_detect=true (the BMC is asked with ipmitool wherever the kernel exposes an IPMI device)',
-      'config.enable_bios_bootloader_install=true (installing a BIOS boot loader is not implemented)',
       'config.agent_new_thing (not a lookup key this agent knows)',
     ]);
   });

@@ -3,8 +3,9 @@
 // and otherwise succeeds saying why nothing was needed. Outside the ramdisk the firmware is a test's fake
 // root (--ina-firmware-root) or left alone: never the host's boot entries. On a software RAID array the
 // firmware cannot reach the image's loader, so every holder disk gets an ESP with its files and a boot entry
-// (disk/raid-esp.ts); where that cannot be done (BIOS), IPA's way is grub-install from the image, which
-// CVE-2026-43003 put behind enable_bios_bootloader_install and this agent does not do: refused as IPA does.
+// (disk/raid-esp.ts). Under BIOS the only way is the image's own grub-install onto every holder, run in a chroot of
+// the image (disk/raid-grub.ts): since CVE-2026-43003 only when the operator opts in (enable_bios_bootloader_install),
+// and otherwise refused with IPA's error.
 import { access } from 'node:fs/promises';
 import { join } from 'node:path';
 import { optBool, optString } from '../params.ts';
@@ -15,12 +16,14 @@ import { registerBootEntries } from '../../disk/efi-boot.ts';
 import { findEfiLoaders } from '../../disk/efi-loaders.ts';
 import { isMdDevice } from '../../disk/md.ts';
 import { buildRaidEsp, raidEntryLabel, raidEspSource } from '../../disk/raid-esp.ts';
+import { installRaidGrub } from '../../disk/raid-grub.ts';
 import { findEsp } from '../../disk/partition-uuids.ts';
 import { listPartitions, rescanPartitions } from '../../disk/partitions.ts';
 import { chooseRootDevice } from '../../disk/root-device.ts';
 import type { AgentServices, TaskContext } from '../../services.ts';
 
 interface BootloaderParams {
+  rootUuid?: string;
   espUuid?: string;
   targetBootMode: string;
   ignoreFailure?: boolean;
@@ -65,6 +68,7 @@ function biosBootloaderRefused(why: string, services: AgentServices): never {
 
 async function installOnRaid(p: BootloaderParams, services: TaskContext, md: string): Promise<string> {
   if (p.targetBootMode !== 'uefi') {
+    if (services.config.enableBiosBootloaderInstall) return installRaidGrub(services, md, p.rootUuid ?? null);
     biosBootloaderRefused(
       `${md} is a software RAID array and the instance boots in ${p.targetBootMode} mode`,
       services,
@@ -117,6 +121,7 @@ export const image: Extension = {
   install_bootloader: command<BootloaderParams>({
     mode: 'async',
     parse: (p) => ({
+      rootUuid: optString(p, 'root_uuid'),
       espUuid: optString(p, 'efi_system_part_uuid'),
       targetBootMode: optString(p, 'target_boot_mode') ?? 'bios',
       ignoreFailure: optBool(p, 'ignore_bootloader_failure'),
