@@ -40,6 +40,11 @@ export function createAgent(
   // The built-in steps and the operator's plugins; loading starts now, and the API serves once it is done.
   const catalogue = loadCatalogue(config.hardwareManagersDir, log, config.injectFilesPriority);
   const executor = new CommandExecutor(registry ?? commandExtensions(catalogue), services);
+  // A real power cycle ends the process and its memory; a simulated one must forget as much (the arrays may come
+  // back under other numbers, as after a real reboot).
+  services.host.on('simulated-restart', () => {
+    state.raidRootVolumes = new Map();
+  });
   if (config.standalone) {
     // Without a conductor link (which boots again itself), a simulated power action forgets token and
     // history; a command still running is cancelled and waited for, and the agent is busy until then.

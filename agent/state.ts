@@ -80,6 +80,12 @@ export class AgentState extends EventEmitter {
   autoTls: { key: string; cert: string } | null = null;
   /** The partition UUIDs of the last image written (IPA keeps them for the process lifetime); null before one. */
   lastImageUuids: Record<string, string> | null = null;
+  /**
+   * `is_root_volume` of each array the software RAID steps last built (`/dev/md<i>` -> true/false; arrays whose
+   * logical disk left it unset are absent), which the root device choice obeys. Memory only, as in IPA: an agent
+   * that restarts has forgotten it. The next build replaces it and delete_configuration empties it.
+   */
+  raidRootVolumes: ReadonlyMap<string, boolean> = new Map();
 
   constructor(version: string, initialToken: string | null) {
     super();

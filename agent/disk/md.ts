@@ -16,11 +16,12 @@ import {
   partitionTableType,
   planRaid,
   type BootMode,
+  rootVolumesOf,
   type Holder,
   type RaidPlan,
 } from './raid-layout.ts';
 import { parseHintsOrThrow } from './skip-list.ts';
-import { SYS_BLOCK } from './sysfs.ts';
+import { kernelNameOf, SYS_BLOCK } from './sysfs.ts';
 import { isObject } from '../parse.ts';
 
 /** An md array the kernel runs now. */
@@ -42,7 +43,7 @@ export async function activeArrays(sysBlock = SYS_BLOCK): Promise<ActiveArray[]>
       name,
       path: `/dev/${name}`,
       level: await readSys(`${sysBlock}/${name}/md/level`),
-      members: await listSys(`${sysBlock}/${name}/slaves`),
+      members: await memberNames(`/dev/${name}`, sysBlock),
     });
   }
   return out.sort((a, b) => Number(a.name.slice(2)) - Number(b.name.slice(2)));
@@ -62,10 +63,15 @@ export function isMdDevice(path: string): boolean {
   return /^\/dev\/md\d+$/.test(path);
 }
 
+/** Kernel names of the member devices (partitions, usually) of the md array `path`; none once it is stopped. */
+export function memberNames(path: string, sysBlock = SYS_BLOCK): Promise<string[]> {
+  return listSys(`${sysBlock}/${kernelNameOf(path)}/slaves`);
+}
+
 /** The whole disks that hold the members of the md array `path`, in member order, each once. */
 export async function holderDisks(path: string, sysBlock = SYS_BLOCK): Promise<string[]> {
   const out: string[] = [];
-  for (const member of await listSys(`${sysBlock}/${path.replace(/^\/dev\//, '')}/slaves`)) {
+  for (const member of await memberNames(path, sysBlock)) {
     const disk = `/dev/${await diskOf(member, sysBlock)}`;
     if (!out.includes(disk)) out.push(disk);
   }
@@ -172,7 +178,10 @@ export async function planFor(
   );
 }
 
-/** Builds the planned arrays. Every holder is checked (guard, no partitions) before the first is written. */
+/**
+ * Builds the planned arrays. Every holder is checked (guard, no partitions) before the first is written. Once all
+ * arrays run, their `is_root_volume` becomes what the root device choice obeys (`state.raidRootVolumes`).
+ */
 export async function createRaid(ctx: TaskContext, plan: RaidPlan): Promise<void> {
   const log = ctx.log;
   for (const h of plan.holders) await ctx.guard.assertWritable(h.path, 'build software RAID on');
@@ -181,6 +190,8 @@ export async function createRaid(ctx: TaskContext, plan: RaidPlan): Promise<void
   if (partitioned.length > 0) {
     throw new SoftwareRAIDError(`Partitions detected on devices ${partitioned.join(', ')} during RAID config`);
   }
+  // From the first write on, the arrays the last build remembered may be gone or renumbered.
+  ctx.state.raidRootVolumes = new Map();
   for (const h of plan.holders) {
     ctx.signal.throwIfAborted();
     await run('parted', [h.path, '-s', '--', 'mklabel', plan.table], { log }).catch((err) => {
@@ -232,6 +243,10 @@ export async function createRaid(ctx: TaskContext, plan: RaidPlan): Promise<void
       'md array created',
     );
   }
+  ctx.state.raidRootVolumes = rootVolumesOf(current);
+  if (ctx.state.raidRootVolumes.size > 0) {
+    log.info({ isRootVolume: Object.fromEntries(ctx.state.raidRootVolumes) }, 'software RAID root volumes remembered');
+  }
 }
 
 /** Whether `dev` carries an md superblock (mdadm --examine exits 0 only then). */
@@ -247,6 +262,7 @@ async function hasSuperblock(ctx: TaskContext, dev: string): Promise<boolean> {
  */
 export async function deleteRaid(ctx: TaskContext): Promise<{ arrays: string[]; holders: string[] }> {
   const log = ctx.log;
+  ctx.state.raidRootVolumes = new Map();
   // IPA assembles whatever it finds first; with an allow-list (a test host) that would reach disks that are
   // not ours, so only a ramdisk without one does it.
   if (!ctx.guard.hasAllowlist) await run('mdadm', ['--assemble', '--scan'], { log, okCodes: [1, 2] }).catch(() => {});

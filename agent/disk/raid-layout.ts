@@ -197,3 +197,13 @@ export function planRaid(
   });
   return { bootMode, table, holders, partitions, arrays };
 }
+
+/**
+ * The arrays of `plan` whose logical disk set `is_root_volume`, by device: what the root device choice obeys
+ * once they are built (true: the root device, whatever the hints; false: never the root device).
+ */
+export function rootVolumesOf(plan: RaidPlan): Map<string, boolean> {
+  const out = new Map<string, boolean>();
+  for (const a of plan.arrays) if (a.logicalDisk.isRootVolume !== null) out.set(a.device, a.logicalDisk.isRootVolume);
+  return out;
+}

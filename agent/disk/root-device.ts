@@ -1,5 +1,7 @@
-// Chooses the disk to deploy to: the node's root device hints if any, else the smallest disk of at
-// least 4 GiB; never a skipped device, never one the device guard refuses. Callers choose once per command.
+// Chooses the disk to deploy to: the software RAID volume built with is_root_volume true if any, else the
+// node's root device hints if any, else the smallest disk of at least 4 GiB; never a skipped device, never one
+// the device guard refuses, never an array built with is_root_volume false nor its disks. Callers choose once
+// per command.
 import type { AgentServices } from '../services.ts';
 import { isObject, pythonFalsy } from '../parse.ts';
 import { DeviceNotFound } from '../errors.ts';
@@ -8,6 +10,7 @@ import { matchesHints, type DeviceView } from './hints.ts';
 import { parseHintsOrThrow, skipList } from './skip-list.ts';
 import { pathHintNote } from '../host/multipath.ts';
 import { SYS_BLOCK } from './sysfs.ts';
+import { holderDisks, memberNames } from './md.ts';
 
 export const MIN_ROOT_DISK_BYTES = 4 * 2 ** 30;
 
@@ -42,40 +45,100 @@ function describe(d: BlockDevice): string {
   return `${d.path} (${gib} GiB${d.model ? `, model ${d.model}` : ''}${d.serial ? `, serial ${d.serial}` : ''})`;
 }
 
-/** The disks a root device may be chosen from, with why the others were left out. */
-async function candidates(services: AgentServices): Promise<{ usable: BlockDevice[]; seen: string[] }> {
-  const skipped = skipList(services);
-  const usable: BlockDevice[] = [];
-  const seen: string[] = [];
-  for (const dev of await listBlockDevices(services)) {
-    if (skipped(dev)) {
-      seen.push(`${describe(dev)}: skipped by skip_block_devices`);
-      continue;
-    }
-    const verdict = await services.guard.verdict(dev.path);
-    if (!verdict.ok) {
-      seen.push(`${describe(dev)}: protected, ${verdict.reason}`);
-      continue;
-    }
-    seen.push(describe(dev));
-    usable.push(dev);
-  }
-  return { usable, seen };
+/** A listed device, and why it may not be the root device (null: it may). */
+export interface Candidate {
+  device: BlockDevice;
+  refused: string | null;
 }
 
-/** Picks the install disk. `hints` default to the node's; no match is a DeviceNotFound listing every disk seen. */
-export async function chooseRootDevice(services: AgentServices, hints?: Record<string, unknown>): Promise<BlockDevice> {
+/** Every listed device, refused when skipped or when the device guard protects it. */
+async function candidates(services: AgentServices): Promise<Candidate[]> {
+  const skipped = skipList(services);
+  const out: Candidate[] = [];
+  for (const device of await listBlockDevices(services)) {
+    if (skipped(device)) {
+      out.push({ device, refused: 'skipped by skip_block_devices' });
+      continue;
+    }
+    const verdict = await services.guard.verdict(device.path);
+    out.push({ device, refused: verdict.ok ? null : `protected, ${verdict.reason}` });
+  }
+  return out;
+}
+
+/**
+ * What the software RAID steps remembered of `is_root_volume` (state.raidRootVolumes), as IPA applies it: the
+ * array marked true is the root device; an array marked false is left out, and with it its holder disks and
+ * member partitions. Null `root` when no array is marked true; `excluded` maps device paths to the reason.
+ */
+export async function raidRootRule(
+  remembered: ReadonlyMap<string, boolean>,
+  sysBlock = SYS_BLOCK,
+): Promise<{ root: string | null; excluded: Map<string, string> }> {
+  let root: string | null = null;
+  const excluded = new Map<string, string>();
+  for (const [md, isRoot] of remembered) {
+    if (isRoot) {
+      root ??= md;
+      continue;
+    }
+    const why = `left out, ${md} was built with is_root_volume false`;
+    excluded.set(md, why);
+    // An array stopped since it was built has neither: only its own name is left out.
+    for (const disk of await holderDisks(md, sysBlock)) excluded.set(disk, why);
+    for (const member of await memberNames(md, sysBlock)) excluded.set(`/dev/${member}`, why);
+  }
+  return { root, excluded };
+}
+
+const pathsOf = (d: BlockDevice): string[] => [d.path, `/dev/${d.name}`];
+
+/**
+ * The choice among listed devices (chooseRootDevice without the listing): the software RAID root volume if one
+ * was built, else the first device matching `hints` (the node's by default), else the smallest of at least 4 GiB.
+ */
+export async function chooseAmong(
+  services: Pick<AgentServices, 'state' | 'log'>,
+  found: readonly Candidate[],
+  hints?: Record<string, unknown>,
+  sysBlock = SYS_BLOCK,
+): Promise<BlockDevice> {
   const given = hints && Object.keys(hints).length > 0 ? hints : rootHintsOf(services.state.status.node);
-  const parsed = given ? parseHintsOrThrow(given, 'these hints') : null;
-  const { usable, seen } = await candidates(services);
+  const raid = await raidRootRule(services.state.raidRootVolumes, sysBlock);
+  const listed = found.map((c) => {
+    if (c.refused) return c;
+    const why = pathsOf(c.device)
+      .map((p) => raid.excluded.get(p))
+      .find(Boolean);
+    return why ? { ...c, refused: why } : c;
+  });
+  const usable = listed.filter((c) => !c.refused).map((c) => c.device);
+  const seen = listed.map((c) => (c.refused ? `${describe(c.device)}: ${c.refused}` : describe(c.device)));
   const seenText = seen.length > 0 ? seen.join('; ') : 'no block devices at all';
 
   let chosen: BlockDevice | undefined;
-  if (parsed) {
+  if (raid.root) {
+    const root = raid.root;
+    const entry = listed.find((c) => pathsOf(c.device).includes(root));
+    if (!entry || entry.refused) {
+      throw new DeviceNotFound(
+        `No suitable device was found for deployment: the software RAID volume ${root}, built with is_root_volume true, ` +
+          `${entry ? `cannot be used (${entry.refused})` : 'is not listed'}. Devices seen: ${seenText}`,
+      );
+    }
+    chosen = entry.device;
+    if (given) {
+      services.log.warn(
+        { hints: given, device: chosen.path },
+        'root device hints are overridden by the software RAID volume built with is_root_volume true',
+      );
+    }
+  } else if (given) {
+    const parsed = parseHintsOrThrow(given, 'these hints');
     chosen = usable.find((d) => matchesHints(selectionView(d), parsed));
     if (!chosen) {
       throw new DeviceNotFound(
-        `No suitable device was found for deployment using these hints ${JSON.stringify(given)}. Devices seen: ${seenText}${await pathHintNote(given, SYS_BLOCK)}`,
+        `No suitable device was found for deployment using these hints ${JSON.stringify(given)}. Devices seen: ${seenText}${await pathHintNote(given, sysBlock)}`,
       );
     }
   } else {
@@ -88,6 +151,14 @@ export async function chooseRootDevice(services: AgentServices, hints?: Record<s
       );
     }
   }
-  services.log.info({ device: chosen.path, size: chosen.size, hints: given ?? null }, 'root device chosen');
+  services.log.info(
+    { device: chosen.path, size: chosen.size, hints: given ?? null, raidRootVolume: raid.root },
+    'root device chosen',
+  );
   return chosen;
+}
+
+/** Picks the install disk. `hints` default to the node's; no match is a DeviceNotFound listing every disk seen. */
+export async function chooseRootDevice(services: AgentServices, hints?: Record<string, unknown>): Promise<BlockDevice> {
+  return chooseAmong(services, await candidates(services), hints);
 }

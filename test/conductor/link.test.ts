@@ -303,13 +303,14 @@ describe('conductor link', () => {
     expect(await fresh.commands()).toEqual([]);
   });
 
-  it('boots again after a simulated power-off: new lookup, token, certificate and API, empty history', async () => {
+  it('boots again after a simulated power-off: new lookup, token, certificate and API, empty history and RAID memory', async () => {
     const fake = await conductor({ nodes: [{ macs }] });
     const [node] = [...fake.nodes.values()];
     const { link, agent, fatal } = linked(fake.url);
     await linkAndRunOneCommand(fake, link, node!.uuid);
     const before = { ...node!.internal, port: link.server!.port };
     const oldServer = link.server!;
+    agent.services.state.raidRootVolumes = new Map([['/dev/md0', true]]);
 
     // What a conductor does around standby.power_off: it wipes the token, the agent powers off.
     fake.powerAction(node!.uuid);
@@ -328,6 +329,7 @@ describe('conductor link', () => {
     cleanups.push(() => fresh.close());
     expect(await fresh.commands()).toEqual([]);
     expect(agent.executor.list()).toEqual([]);
+    expect(agent.services.state.raidRootVolumes.size).toBe(0);
   });
 
   it('a power cycle during a lookup supersedes it instead of failing', async () => {

@@ -14,6 +14,7 @@ import {
   orderLogicalDisks,
   partitionTableType,
   planRaid,
+  rootVolumesOf,
   type Holder,
 } from '../../agent/disk/raid-layout.ts';
 
@@ -327,6 +328,33 @@ describe('planRaid', () => {
       '2048s',
     );
     expect(plan.arrays[1]!.members.map((m) => m.device)).toEqual(['/dev/sdb2', '/dev/sdc1']);
+  });
+
+  it('remembers is_root_volume by the array built for each logical disk, MAX moved last included', () => {
+    const [a, b] = [holder('vda'), holder('vdb')];
+    const plan = (first: boolean | null, second: boolean | null) =>
+      planRaid(
+        [
+          { ...ld(0, '1', 'MAX'), isRootVolume: first },
+          { ...ld(1, '0', 4), isRootVolume: second },
+        ],
+        [
+          [a, b],
+          [a, b],
+        ],
+        'uefi',
+        'gpt',
+        '551MiB',
+      );
+    expect(rootVolumesOf(plan(true, false))).toEqual(
+      new Map([
+        ['/dev/md0', false],
+        ['/dev/md1', true],
+      ]),
+    );
+    // Unset is not false: such an array stays a candidate like any disk.
+    expect(rootVolumesOf(plan(null, false))).toEqual(new Map([['/dev/md0', false]]));
+    expect(rootVolumesOf(plan(null, null)).size).toBe(0);
   });
 
   it('refuses a layout that does not fit a holder, naming it', () => {

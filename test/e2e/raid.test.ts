@@ -1,9 +1,10 @@
 // Software RAID in the built ramdisk under QEMU (this machine's kernel has no md): one boot with three blank
 // virtio disks, then the cases through the agent's API as Ironic sends them: a refusal that touches no disk,
-// create_configuration with a RAID-1 and a RAID-0 of the rest (MAX), the md devices among the disks the agent
-// sees (the list the inventory and root-device choice read) with the members protected, delete_configuration
-// leaving no superblock and no table, the apply_configuration deploy step on all disks, and
-// install_bootloader refusing a boot loader it would have to install from the image (BIOS).
+// create_configuration with a RAID-1 and a RAID-0 of the rest (MAX, is_root_volume false), the md devices among
+// the disks the agent sees (the list the inventory and root-device choice read) with the members protected and
+// the RAID-0 left out of the root device choice, delete_configuration leaving no superblock and no table, the
+// apply_configuration deploy step on all disks, and install_bootloader refusing a boot loader it would have to
+// install from the image (BIOS).
 import { stat } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bytesAt, reporter, startRaidVm, type RaidVm, type Result } from './raid-vm.ts';
@@ -126,7 +127,8 @@ describe('software RAID in the ramdisk under QEMU', () => {
     const target = {
       logical_disks: [
         software({ size_gb: 1, raid_level: '1', volume_name: 'root', physical_disks: pair }),
-        software({ size_gb: 'MAX', raid_level: '0', physical_disks: pair }),
+        // As BMO marks a volume that is not the root one.
+        software({ size_gb: 'MAX', raid_level: '0', physical_disks: pair, is_root_volume: false }),
       ],
     };
     const r = await clean('create_configuration', node({ target_raid_config: target }));
@@ -162,6 +164,9 @@ describe('software RAID in the ramdisk under QEMU', () => {
       /\/dev\/vda \(3\.00 GiB, serial E2EDISK0\): protected, it is the holder of vda\d, a member of the software RAID array md\d/,
     );
     expect(seen).toMatch(/\/dev\/vdc \(3\.00 GiB, serial E2EDISK2\)(;|$)/);
+    // is_root_volume false, remembered from the build: md1 is no root device candidate; md0 (unset) still is.
+    expect(seen).toMatch(/\/dev\/md1 \([^)]*\): left out, \/dev\/md1 was built with is_root_volume false/);
+    expect(seen).toMatch(/\/dev\/md0 \([^)]*\)(;|$)/);
     const serial = machine.vm.serial();
     expect(serial).toContain('md array created');
   });

@@ -6,9 +6,11 @@ import { createHash } from 'node:crypto';
 import { open } from 'node:fs/promises';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { AgentClient } from '../helpers/agent-client.ts';
+import { AgentClient } from '../helpers/agent-client.ts';
 import { withAgentOn } from '../helpers/agent-on-disks.ts';
+import { startAgent } from '../helpers/api-harness.ts';
 import { builtinStep, hardwareManagerVersions } from '../helpers/builtin-steps.ts';
+import { installFakes } from '../helpers/fake-tools.ts';
 import { attachLoop, detachLoop, type LoopDevice } from '../helpers/loop.ts';
 
 const MiB = 2 ** 20;
@@ -252,6 +254,54 @@ describe('software RAID steps', () => {
       expect([num, Number(start) * 512, (Number(end) + 1) * 512]).toEqual(['1', 551 * MiB, GiB]);
       await execa('sgdisk', ['-Z', d.path]);
       await execa('partx', ['-u', d.path], { reject: false });
+    }
+  });
+
+  it('remembers is_root_volume of the arrays it built until delete_configuration (mdadm stood in for)', async () => {
+    // This kernel has no md: a stand-in mdadm "creates" every array and finds no superblock anywhere.
+    const fakes = await installFakes({ mdadm: "process.exit(args[0] === '--create' ? 0 : 1);" });
+    const running = await startAgent({ 'device-allowlist': `${a.path},${b.path}` });
+    const c = new AgentClient({ url: running.url, pollIntervalMs: 100, pollAttempts: 1200 });
+    const state = running.agent.services.state;
+    try {
+      // What an earlier build left: a failed or new build must not keep it.
+      state.raidRootVolumes = new Map([['/dev/md9', true]]);
+      const pair = [{ name: a.path }, { name: b.path }];
+      const r = await deploy(
+        c,
+        {
+          raid_config: {
+            logical_disks: [
+              software({ size_gb: 1, raid_level: '1', is_root_volume: true, physical_disks: pair }),
+              software({ size_gb: 'MAX', raid_level: '0', is_root_volume: false, physical_disks: pair }),
+            ],
+          },
+          delete_existing: false,
+        },
+        node(undefined),
+      );
+      expect(r.command_error).toBeNull();
+      expect((await fakes.calls('mdadm')).filter((x) => x[0] === '--create').map((x) => x[1])).toEqual([
+        '/dev/md0',
+        '/dev/md1',
+      ]);
+      expect(state.raidRootVolumes).toEqual(
+        new Map([
+          ['/dev/md0', true],
+          ['/dev/md1', false],
+        ]),
+      );
+      const d = await clean(c, 'delete_configuration', node(undefined));
+      expect(d.command_error).toBeNull();
+      expect(state.raidRootVolumes.size).toBe(0);
+    } finally {
+      await c.close();
+      await running.close();
+      await fakes.close();
+      for (const d of [a, b]) {
+        await execa('sgdisk', ['-Z', d.path]);
+        await execa('partx', ['-u', d.path], { reject: false });
+      }
     }
   });
 });
