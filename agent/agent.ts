@@ -10,7 +10,7 @@ import type { Extension } from './commands/types.ts';
 import type { Config } from './config/config.ts';
 import { HostActions } from './host/host-actions.ts';
 import { loadCatalogue } from './steps/plugins.ts';
-import type { Logger } from './log.ts';
+import { LogRing, type Logger } from './log.ts';
 import { DeviceGuard } from './safety/device-guard.ts';
 import { AgentState } from './state.ts';
 import { AGENT_VERSION } from './version.ts';
@@ -22,16 +22,21 @@ export interface Agent {
   listen(tls?: TlsMaterial): Promise<RunningServer>;
 }
 
-export function createAgent(
-  config: Config,
-  log: Logger,
-  registry?: Readonly<Record<string, Extension>>,
-  clock: Clock = realClock,
-): Agent {
+export interface AgentOptions {
+  /** The commands served; the built-in ones and the loaded steps by default. */
+  registry?: Readonly<Record<string, Extension>>;
+  clock?: Clock;
+  /** The ring `log` writes into (log.ts createLogger); without one the archive's agent.log is empty. */
+  logRing?: LogRing;
+}
+
+export function createAgent(config: Config, log: Logger, opts: AgentOptions = {}): Agent {
+  const { registry, clock = realClock, logRing = new LogRing() } = opts;
   const state = new AgentState(AGENT_VERSION, config.token.agentToken ?? null);
   const services: AgentServices = {
     config,
     log,
+    logRing,
     state,
     guard: new DeviceGuard(config.disks.allowlist),
     host: new HostActions(config.hostActions, log),

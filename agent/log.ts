@@ -1,5 +1,5 @@
 // One logger for the agent (pino). Lines go to stdout, to an optional file, and into a ring buffer
-// that the serial console and `log.collect_system_logs` read, so logs exist even with no disk.
+// that belongs to that logger; `log.collect_system_logs` reads it, so logs exist even with no disk.
 import { Writable } from 'node:stream';
 import pino, { type Logger } from 'pino';
 
@@ -26,21 +26,26 @@ export class LogRing extends Writable {
   }
 }
 
-export const logRing = new LogRing();
-
 /** Log files written in the background; a dying process flushes them itself (flushLogsSync). */
 const files: ReturnType<typeof pino.destination>[] = [];
 
-export function createLogger(opts: { debug: boolean; file?: string; quiet?: boolean }): Logger {
+/** A logger and the ring of its recent lines, made together: the ring holds what this logger wrote. */
+export interface AgentLog {
+  log: Logger;
+  ring: LogRing;
+}
+
+export function createLogger(opts: { debug: boolean; file?: string; quiet?: boolean }): AgentLog {
   const level = opts.debug ? 'debug' : 'info';
-  const streams: pino.StreamEntry[] = [{ level, stream: logRing }];
+  const ring = new LogRing();
+  const streams: pino.StreamEntry[] = [{ level, stream: ring }];
   if (!opts.quiet) streams.push({ level, stream: process.stdout });
   if (opts.file) {
     const file = pino.destination({ dest: opts.file, append: true, sync: false });
     files.push(file);
     streams.push({ level, stream: file });
   }
-  return pino({ level, base: { svc: 'ironic-node-agent' } }, pino.multistream(streams));
+  return { log: pino({ level, base: { svc: 'ironic-node-agent' } }, pino.multistream(streams)), ring };
 }
 
 export function flushLogsSync(): void {

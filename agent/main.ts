@@ -43,7 +43,7 @@ async function main(): Promise<void> {
   } catch (err) {
     die(err);
   }
-  const log = createLogger({ debug: config.debug, file: config.logFile });
+  const { log, ring } = createLogger({ debug: config.debug, file: config.logFile });
   if (config.notActedOn.length > 0) {
     log.warn(
       { params: config.notActedOn },
@@ -56,7 +56,7 @@ async function main(): Promise<void> {
   if (config.ntpServer) await syncClock(config.ntpServer, config.hostActions, log);
   // IPA's wait for a disk at start: storage drivers may still be finding their disks.
   await waitForDisks(await liveDiskWait(config, log, realClock));
-  const agent = createAgent(config, log);
+  const agent = createAgent(config, log, { logRing: ring });
   const { state } = agent.services;
   installLastWords({ log, state, executor: agent.executor, statusFile: config.statusFile });
   if (config.statusFile) {

@@ -3,13 +3,15 @@
 import type { Clock } from './clock.ts';
 import type { Config } from './config/config.ts';
 import type { HostActions } from './host/host-actions.ts';
-import type { Logger } from './log.ts';
+import type { Logger, LogRing } from './log.ts';
 import type { DeviceGuard } from './safety/device-guard.ts';
 import type { AgentState } from './state.ts';
 
 export interface AgentServices {
   config: Config;
   log: Logger;
+  /** The recent lines `log` wrote, for the system logs archive (host/system-logs.ts). */
+  logRing: LogRing;
   state: AgentState;
   guard: DeviceGuard;
   host: HostActions;

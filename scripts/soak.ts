@@ -16,7 +16,7 @@ import { execa } from 'execa';
 import { startAgentChild, type AgentChild } from '../test/helpers/agent-child.ts';
 import { buildIso, toWire } from '../test/helpers/configdrive.ts';
 import { attachLoop, detachLoop, GiB, MiB, type LoopDevice } from '../test/helpers/loop.ts';
-import { compress, makeDiskImage, toQcow2, workDir } from '../test/helpers/make-image.ts';
+import { compress, fourMbrPrimaries, makeDiskImage, toQcow2, workDir } from '../test/helpers/make-image.ts';
 import { startRawHttpServer, type Behaviour } from '../test/helpers/raw-http-server.ts';
 import { seededRandom } from '../agent/seeded-random.ts';
 import { shippedLaunch } from './lib/shipped-launch.ts';
@@ -285,17 +285,7 @@ async function main(): Promise<void> {
     const truncatedSha = createHash('sha256').update(truncated).digest('hex');
     const fourFile = join(work.dir, 'four.raw');
     await execa('truncate', ['-s', '16M', fourFile]);
-    const part = (a: number, b: number) => ['mkpart', 'primary', 'ext4', `${a}MiB`, `${b}MiB`];
-    await execa('parted', [
-      '-s',
-      fourFile,
-      'mklabel',
-      'msdos',
-      ...part(1, 4),
-      ...part(4, 7),
-      ...part(7, 10),
-      ...part(10, 13),
-    ]);
+    await fourMbrPrimaries(fourFile, [1, 4, 7, 10, 13]);
     const four = await readFile(fourFile);
     const hostileContext: HostileContext = {
       truncatedUrl,

@@ -245,6 +245,7 @@ export class ConductorLink {
     const result = await inspectUntilAnswered({
       config: this.config,
       log: this.log,
+      logRing: this.agent.services.logRing,
       state: this.state,
       clock: this.clock,
       signal: boot.abort.signal,

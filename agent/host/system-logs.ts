@@ -4,7 +4,7 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { errorText } from '../errors.ts';
 import { run } from '../exec.ts';
-import { logRing, type Logger } from '../log.ts';
+import type { Logger, LogRing } from '../log.ts';
 import { withTempDir } from './temp-dir.ts';
 
 /** Member name → the command whose output it holds. */
@@ -42,11 +42,12 @@ async function capture(argv: readonly string[], log: Logger): Promise<string> {
   }
 }
 
-export async function collectSystemLogs(log: Logger): Promise<Buffer> {
+/** The archive; its agent.log holds `agentLog`'s lines (the agent's own logger writes them). */
+export async function collectSystemLogs(log: Logger, agentLog: LogRing): Promise<Buffer> {
   return withTempDir('ina-logs-', async (work) => {
     const tree = join(work, 'logs');
     await mkdir(tree);
-    await writeFile(join(tree, 'agent.log'), `${logRing.tail().join('\n')}\n`);
+    await writeFile(join(tree, 'agent.log'), `${agentLog.tail().join('\n')}\n`);
     for (const [name, argv] of Object.entries(COMMANDS)) await writeFile(join(tree, name), await capture(argv, log));
     for (const [name, path] of Object.entries(FILES)) {
       await writeFile(

@@ -8,7 +8,7 @@ import type { Clock } from '../clock.ts';
 import { IronicApi } from '../conductor/ironic-api.ts';
 import type { LookupReply } from '../conductor/lookup-reply.ts';
 import { hasTool, run } from '../exec.ts';
-import type { Logger } from '../log.ts';
+import type { Logger, LogRing } from '../log.ts';
 import type { AgentState } from '../state.ts';
 import { postInspection, type CallbackOutcome } from './callback.ts';
 import { runCollectors, type Collector } from './collectors/registry.ts';
@@ -26,6 +26,8 @@ import { captureLldp } from './lldp-capture.ts';
 export interface InspectionDeps {
   config: Config;
   log: Logger;
+  /** What `log` wrote lately: the `logs` collector sends it. */
+  logRing: LogRing;
   state: AgentState;
   clock: Clock;
   signal?: AbortSignal;
@@ -109,6 +111,7 @@ export async function inspect(deps: InspectionDeps): Promise<InspectionResult> {
     {
       root,
       log,
+      logRing: deps.logRing,
       inventory: getInventory,
       names: config.inspection.collectors,
       bootif: config.bootif,

@@ -10,14 +10,14 @@ import { inspectUntilAnswered } from './flow.ts';
 import { enableVlanInterfaces, liveVlanSetup } from './vlans.ts';
 
 export async function inspectWithoutConductor(agent: Agent, config: Config, log: Logger): Promise<void> {
-  const { state } = agent.services;
+  const { state, logRing } = agent.services;
   state.update({ phase: 'waiting for network' });
   const macs = await waitForNicMacs(config.lookup.nicWaitS, realClock);
   if (macs.length === 0)
     log.warn({ waitedS: config.lookup.nicWaitS }, 'no network interface with a MAC address; inspecting anyway');
   await enableVlanInterfaces(liveVlanSetup(config, log));
   try {
-    const result = await inspectUntilAnswered({ config, log, state, clock: realClock });
+    const result = await inspectUntilAnswered({ config, log, logRing, state, clock: realClock });
     log.info({ node: result.nodeUuid, outcome: result.outcome.kind }, 'inspection done; no conductor to look up');
   } catch (err) {
     log.error({ err: (err as Error).message }, 'inspection failed');

@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { IronicRest } from './ironic-rest.ts';
-import { redeployFailed } from './redeploy.ts';
+import { redeployFailed, waitSettled } from './redeploy.ts';
 
 export interface LossOutcome {
   killed: string;
@@ -78,32 +78,21 @@ export async function conductorLoss(opts: {
   const tKill = Date.now();
 
   let takeoverS = Number.NaN;
-  const settled = new Map<string, { state: string; error: string | null; name: string }>();
-  while (settled.size < uuids.length) {
-    if (Date.now() - tKill > 900_000) {
-      failures.push(`conductor loss: ${uuids.length - settled.size} node(s) not settled 900 s after the kill`);
-      break;
-    }
-    for (const uuid of uuids) {
-      if (settled.has(uuid)) continue;
-      const n = await ironic.node(uuid);
-      if (n.provision_state === 'active' && n.target_provision_state === null)
-        settled.set(uuid, { state: 'active', error: null, name: n.name });
-      else if (n.provision_state === 'deploy failed')
-        settled.set(uuid, {
-          state: 'deploy failed',
-          error: n.last_error ?? (await lastHistoryError(ironic, uuid)),
-          name: n.name,
-        });
-      else if (/failed$|^error$/.test(n.provision_state))
-        settled.set(uuid, { state: n.provision_state, error: n.last_error, name: n.name });
-    }
-    if (Number.isNaN(takeoverS)) {
+  const settled = await waitSettled({
+    ironic,
+    uuids,
+    fault: 'conductor loss',
+    since: tKill,
+    after: 'the kill',
+    failures,
+    record: async (uuid, s) =>
+      s.state === 'deploy failed' ? { ...s, error: s.error ?? (await lastHistoryError(ironic, uuid)) } : s,
+    eachRound: async () => {
+      if (!Number.isNaN(takeoverS)) return;
       const owners = await Promise.all(held.map(async (u) => (await ironic.node(u)).conductor));
       if (owners.every((o) => o === survivor)) takeoverS = (Date.now() - tKill) / 1000;
-    }
-    await sleep(1000);
-  }
+    },
+  });
   const { failed, redeployed } = await redeployFailed({
     ...opts,
     settled,

@@ -13,7 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { agentMessages } from './heartbeats.ts';
 import type { IronicRest } from './ironic-rest.ts';
-import { redeployFailed } from './redeploy.ts';
+import { redeployFailed, waitSettled } from './redeploy.ts';
 import { imageServerTraffic, type Traffic } from './traffic.ts';
 
 const run$ = promisify(execFile);
@@ -108,23 +108,15 @@ export async function imageStall(opts: {
   const stalledS = (Date.now() - tStop) / 1000;
   log(`image stall: nginx of fleet-${victim} answering again (SIGCONT) after ${stalledS.toFixed(0)} s`);
 
-  const settled = new Map<string, { state: string; error: string | null; name: string; ms: number }>();
-  while (settled.size < uuids.length) {
-    if (Date.now() - tStop > 900_000) {
-      failures.push(`image stall: ${uuids.length - settled.size} node(s) not settled 900 s after the stall`);
-      break;
-    }
-    for (const uuid of uuids) {
-      if (settled.has(uuid)) continue;
-      const n = await ironic.node(uuid);
-      const ms = Date.now() - started.get(uuid)!;
-      if (n.provision_state === 'active' && n.target_provision_state === null)
-        settled.set(uuid, { state: 'active', error: null, name: n.name, ms });
-      else if (/failed$|^error$/.test(n.provision_state))
-        settled.set(uuid, { state: n.provision_state, error: n.last_error, name: n.name, ms });
-    }
-    await sleep(1000);
-  }
+  const settled = await waitSettled({
+    ironic,
+    uuids,
+    fault: 'image stall',
+    since: tStop,
+    after: 'the stall',
+    failures,
+    record: (uuid, s) => ({ ...s, ms: Date.now() - started.get(uuid)! }),
+  });
   const { failed, redeployed } = await redeployFailed({ ...opts, settled, fault: 'image stall', failures });
 
   const logsAfter = await agentMessages(opts.run, Object.values(MSGS));

@@ -21,8 +21,8 @@ describe('log.collect_system_logs', () => {
         ['device-allowlist', '/dev/null'],
       ]),
     );
-    const logger = createLogger({ debug: false, quiet: true });
-    const agent = createAgent(config, logger);
+    const { log: logger, ring } = createLogger({ debug: false, quiet: true });
+    const agent = createAgent(config, logger, { logRing: ring });
     const server = await agent.listen();
     const client = new AgentClient({ url: `http://127.0.0.1:${server.port}` });
     const work = await mkdtemp(join(tmpdir(), 'ina-logs-test-'));

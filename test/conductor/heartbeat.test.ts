@@ -157,7 +157,11 @@ describe('early heartbeat after an async command (link)', () => {
     cleanups.push(() => fake.close());
     const config = linkedConfig(fake.url);
     const agent = createAgent(config, nullLogger, {
-      test: { slow: command({ mode: 'async', parse: () => ({}), run: () => new Promise<void>((r) => (finish = r)) }) },
+      registry: {
+        test: {
+          slow: command({ mode: 'async', parse: () => ({}), run: () => new Promise<void>((r) => (finish = r)) }),
+        },
+      },
     });
     const clock = new VirtualClock({ start: 1_000_000, horizon: 0 });
     const link = new ConductorLink(agent, config, nullLogger, { clock, nics });

@@ -49,7 +49,7 @@ function linked(apiUrl: string, flags: Record<string, string> = {}): Linked {
     'simulated-reboot-delay': '0.05',
     ...flags,
   });
-  const agent = createAgent(config, nullLogger, { test: testExt, system });
+  const agent = createAgent(config, nullLogger, { registry: { test: testExt, system } });
   const fatal: Error[] = [];
   const link = new ConductorLink(agent, config, nullLogger, { random: () => 0, onFatal: (e) => fatal.push(e), nics });
   cleanups.push(() => link.stop());

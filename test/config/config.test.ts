@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { buildConfig, loadConfig } from '../../agent/config/config.ts';
 import { parseFlags, parseKernelCmdline } from '../../agent/config/sources.ts';
 import { lookupKeysNotActedOn } from '../../agent/config/lookup-keys.ts';
+import { ironicLookupConfig } from '../helpers/fake-conductor.ts';
 import { testTempDir } from '../helpers/temp-dir.ts';
 
 const build = (kernel: string, flags: string[] = []) => buildConfig(parseKernelCmdline(kernel), parseFlags(flags));
@@ -86,27 +87,7 @@ describe('configuration', () => {
 
   it('names the lookup config keys it does not act on when their value matters, and keys it does not know', () => {
     // What Ironic sends by default (its test_ramdisk.py key set): nothing to warn about.
-    const ironic = {
-      metrics: {
-        backend: 'noop',
-        prepend_host: false,
-        prepend_uuid: false,
-        prepend_host_reverse: true,
-        global_prefix: null,
-      },
-      metrics_statsd: { statsd_host: 'localhost', statsd_port: 8125 },
-      heartbeat_timeout: 300,
-      agent_containers: { allow_arbitrary_containers: false, allowed_containers: [], runner: 'podman' },
-      agent_token: 'x'.repeat(43),
-      agent_token_required: true,
-      agent_md5_checksum_enable: true,
-      disable_deep_image_inspection: false,
-      permitted_image_formats: ['raw', 'qcow2'],
-      agent_skip_bmc_detect: false,
-      enable_bios_bootloader_install: false,
-      tls_min_version: '1.3',
-      tls_cipher_suites: null,
-    };
+    const ironic = ironicLookupConfig({ token: 'x'.repeat(43), heartbeatTimeout: 300, tlsMinVersion: '1.3' });
     expect(lookupKeysNotActedOn(ironic)).toEqual([]);
     expect(
       lookupKeysNotActedOn({

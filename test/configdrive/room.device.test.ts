@@ -14,7 +14,7 @@ import { isPainted, paint, runToEnd, startImageAgent, type CommandJson } from '.
 import { open } from 'node:fs/promises';
 import { startImageServer, type ImageServer } from '../helpers/image-server.ts';
 import { MiB, withLoops } from '../helpers/loop.ts';
-import { compress, makeDiskImage, workDir, type Packing } from '../helpers/make-image.ts';
+import { compress, fourMbrPrimaries, makeDiskImage, workDir, type Packing } from '../helpers/make-image.ts';
 
 let work: Awaited<ReturnType<typeof workDir>>;
 let images: ImageServer;
@@ -246,17 +246,7 @@ const KINDS: Record<Kind, { build(): Promise<string>; diskMiB: number; big?: boo
     build: async () => {
       const file = join(work.dir, `four-${Math.random()}.raw`);
       await execa('truncate', ['-s', '48M', file]);
-      const mk = (a: number, b: number) => ['mkpart', 'primary', 'ext4', `${a}MiB`, `${b}MiB`];
-      await execa('parted', [
-        '-s',
-        file,
-        'mklabel',
-        'msdos',
-        ...mk(1, 12),
-        ...mk(12, 24),
-        ...mk(24, 36),
-        ...mk(36, 47),
-      ]);
+      await fourMbrPrimaries(file, [1, 12, 24, 36, 47]);
       return file;
     },
     diskMiB: 200,

@@ -14,6 +14,7 @@ import {
 import { rebuildAsVfat } from '../../agent/configdrive/fat.ts';
 import { DEFAULT_FILES, buildIso, diskServices, toWire } from '../helpers/configdrive.ts';
 import { MiB, withLoops } from '../helpers/loop.ts';
+import { fourMbrPrimaries } from '../helpers/make-image.ts';
 
 let drive: ConfigDriveImage;
 
@@ -161,17 +162,7 @@ describe('writeConfigDrivePartition', () => {
 
   it('refuses an MBR disk with four primary partitions and leaves its table alone', async () => {
     await withLoops([200 * MiB], async ([d]) => {
-      const mk = (a: number, b: number) => ['mkpart', 'primary', 'ext4', `${a}MiB`, `${b}MiB`];
-      await execa('parted', [
-        '-s',
-        d!.path,
-        'mklabel',
-        'msdos',
-        ...mk(1, 10),
-        ...mk(10, 20),
-        ...mk(20, 30),
-        ...mk(30, 40),
-      ]);
+      await fourMbrPrimaries(d!.path, [1, 10, 20, 30, 40]);
       const before = await table(d!.path);
       const err = await writeConfigDrivePartition(diskServices([d!.path]), d!.path, drive).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(ConfigDriveError);

@@ -18,7 +18,7 @@ function wait(answers: string[], opts: Partial<DiskWait> = {}) {
     attempts: 10,
     delayS: 3,
     clock,
-    log: createLogger({ debug: false, quiet: true }),
+    log: createLogger({ debug: false, quiet: true }).log,
     allowlisted: new Set(),
     list: async () => {
       const answer = answers[Math.min(calls++, answers.length - 1)]!;

@@ -30,7 +30,7 @@ export async function startAgent(
       }),
     ),
   );
-  const agent = createAgent(config, log, registry, clock);
+  const agent = createAgent(config, log, { registry, clock });
   const server = await agent.listen();
   return { agent, url: `http://127.0.0.1:${server.port}`, close: () => server.close() };
 }

@@ -344,39 +344,12 @@ export class FakeConductor extends EventEmitter<{ request: [RecordedRequest] }> 
             { href: `${this.url}/nodes/${node.uuid}`, rel: 'bookmark' },
           ],
         },
-        config: this.lookupConfig(token),
+        config: ironicLookupConfig({
+          token,
+          heartbeatTimeout: this.heartbeatTimeout,
+          tlsMinVersion: this.tlsMinVersion,
+        }),
       },
-    };
-  }
-
-  private lookupConfig(token: string | null): Record<string, unknown> {
-    return {
-      metrics: {
-        backend: 'noop',
-        prepend_host: false,
-        prepend_uuid: false,
-        prepend_host_reverse: true,
-        global_prefix: null,
-      },
-      metrics_statsd: { statsd_host: 'localhost', statsd_port: 8125 },
-      heartbeat_timeout: this.heartbeatTimeout,
-      agent_containers: {
-        allow_arbitrary_containers: false,
-        allowed_containers: [],
-        container_steps_file: '/etc/ironic-python-agent/container_steps.yaml',
-        runner: 'podman',
-        pull_options: '--tls-verify=false',
-        run_options: '--rm --network=host --tls-verify=false',
-      },
-      agent_token: token,
-      agent_token_required: true,
-      agent_md5_checksum_enable: true,
-      disable_deep_image_inspection: false,
-      permitted_image_formats: ['raw', 'gpt', 'qcow2', 'iso'],
-      agent_skip_bmc_detect: false,
-      enable_bios_bootloader_install: false,
-      ...(this.tlsMinVersion ? { tls_min_version: this.tlsMinVersion } : {}),
-      tls_cipher_suites: null,
     };
   }
 
@@ -435,4 +408,40 @@ export class FakeConductor extends EventEmitter<{ request: [RecordedRequest] }> 
 function error(status: number, faultstring: string): { status: number; body: unknown } {
   const faultcode = status >= 500 ? 'Server' : 'Client';
   return { status, body: { error_message: pythonJson({ faultcode, faultstring, debuginfo: null }) } };
+}
+
+/** The `config` of Ironic's lookup reply as Ironic sends it by default (its test_ramdisk.py key set). */
+export function ironicLookupConfig(opts: {
+  token: string | null;
+  heartbeatTimeout: number;
+  tlsMinVersion: '1.2' | '1.3' | null;
+}): Record<string, unknown> {
+  return {
+    metrics: {
+      backend: 'noop',
+      prepend_host: false,
+      prepend_uuid: false,
+      prepend_host_reverse: true,
+      global_prefix: null,
+    },
+    metrics_statsd: { statsd_host: 'localhost', statsd_port: 8125 },
+    heartbeat_timeout: opts.heartbeatTimeout,
+    agent_containers: {
+      allow_arbitrary_containers: false,
+      allowed_containers: [],
+      container_steps_file: '/etc/ironic-python-agent/container_steps.yaml',
+      runner: 'podman',
+      pull_options: '--tls-verify=false',
+      run_options: '--rm --network=host --tls-verify=false',
+    },
+    agent_token: opts.token,
+    agent_token_required: true,
+    agent_md5_checksum_enable: true,
+    disable_deep_image_inspection: false,
+    permitted_image_formats: ['raw', 'gpt', 'qcow2', 'iso'],
+    agent_skip_bmc_detect: false,
+    enable_bios_bootloader_install: false,
+    ...(opts.tlsMinVersion ? { tls_min_version: opts.tlsMinVersion } : {}),
+    tls_cipher_suites: null,
+  };
 }

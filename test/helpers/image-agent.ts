@@ -2,10 +2,13 @@
 // on loopback, limited to the test's loop device, and checks what ended up on the device.
 import { open, readFile } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
+import { basename } from 'node:path';
 import { execa } from 'execa';
+import pino from 'pino';
 import { call, startAgent, type RunningAgent } from './api-harness.ts';
 import type { Clock } from '../../agent/clock.ts';
-import type { Logger } from '../../agent/log.ts';
+import type { Logger, LogRing } from '../../agent/log.ts';
+import type { ImageServer } from './image-server.ts';
 import { VirtualClock } from './virtual-clock.ts';
 
 /** Short timeouts (real time: undici's) and retry intervals, so fault tests take seconds. */
@@ -57,6 +60,36 @@ export function sha256(data: Buffer): string {
   return createHash('sha256').update(data).digest('hex');
 }
 
+/**
+ * Serves `file` from `server` and runs `standby.prepare_image` for it, with its sha256 and `imageInfo`, through a
+ * fresh agent limited to `device`; returns the command at its end. The name is fresh unless given, so that no
+ * test is served an earlier one's image; with `ring`, the agent's log lines go there.
+ */
+export async function deployFile(
+  server: ImageServer,
+  device: string,
+  file: string,
+  imageInfo: Record<string, unknown>,
+  opts: { flags?: Record<string, string>; ring?: LogRing; name?: string } = {},
+): Promise<CommandJson> {
+  const name = opts.name ?? `${Math.random().toString(16).slice(2)}-${basename(file)}`;
+  const url = await server.serveFile(name, file);
+  const agent = await startImageAgent(device, opts.flags, opts.ring && pino({ base: null }, opts.ring));
+  try {
+    return await runToEnd(agent.url, 'standby.prepare_image', {
+      image_info: {
+        id: name,
+        urls: [url],
+        os_hash_algo: 'sha256',
+        os_hash_value: sha256(await readFile(file)),
+        ...imageInfo,
+      },
+    });
+  } finally {
+    await agent.close();
+  }
+}
+
 export async function readDevice(device: string, start: number, end: number): Promise<Buffer> {
   const fh = await open(device, 'r');
   try {
@@ -103,9 +136,7 @@ export async function startPrepareImage(
   agentUrl: string,
   image: { name: string; url: string; file: string; format: string; stream: boolean },
 ): Promise<Awaited<ReturnType<typeof call>>> {
-  const digest = createHash('sha256')
-    .update(await readFile(image.file))
-    .digest('hex');
+  const digest = sha256(await readFile(image.file));
   return call(`${agentUrl}/v1/commands/`, {
     method: 'POST',
     body: JSON.stringify({

@@ -108,6 +108,15 @@ async function makeEsp(dir: string, path: string, esp: EspSpec): Promise<void> {
   await rm(fat);
 }
 
+/**
+ * An MBR label on `target` (an image file or a device) with four primary partitions between the five `boundsMiB`:
+ * no slot is left for a config drive partition, whatever room the disk has.
+ */
+export async function fourMbrPrimaries(target: string, boundsMiB: readonly [number, number, number, number, number]) {
+  const part = (i: number) => ['mkpart', 'primary', 'ext4', `${boundsMiB[i]}MiB`, `${boundsMiB[i + 1]}MiB`];
+  await execa('parted', ['-s', target, 'mklabel', 'msdos', ...part(0), ...part(1), ...part(2), ...part(3)]);
+}
+
 export async function toQcow2(raw: string, out = `${raw}.qcow2`): Promise<string> {
   await execa('qemu-img', ['convert', '-q', '-f', 'raw', '-O', 'qcow2', raw, out]);
   return out;

@@ -9,7 +9,7 @@ import { enableVlanInterfaces } from '../../agent/inspect/vlans.ts';
 import { createLogger } from '../../agent/log.ts';
 
 const args = JSON.parse(process.argv[2]!) as { entries: string[]; collectLldp: boolean; nics: string[] };
-const log = createLogger({ debug: false });
+const { log } = createLogger({ debug: false });
 // One listening window serves both the VLAN step and the inventory (the silent NICs cost the whole window).
 const frames = (await captureLldp(args.nics, { timeoutS: 5 })).frames;
 const made = await enableVlanInterfaces({

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { LogRing } from '../../agent/log.ts';
 import { attachLoop, detachLoop, MiB, type LoopDevice } from '../helpers/loop.ts';
 import {
+  deployFile,
   paint,
   readDevice,
   readMarker,
@@ -59,26 +60,8 @@ async function expectWritten(img: DiskImage): Promise<void> {
   }
 }
 
-async function deploy(
-  _img: DiskImage,
-  file: string,
-  imageInfo: Record<string, unknown>,
-  log?: LogRing,
-  flags: Record<string, string> = {},
-) {
-  const name = `${Math.random().toString(16).slice(2)}-${file.split('/').pop()}`;
-  const url = await server.serveFile(name, file);
-  const digest = createHash('sha256')
-    .update(await readFile(file))
-    .digest('hex');
-  const agent = await startImageAgent(loop.path, flags, log && pino({ base: null }, log));
-  try {
-    return await runToEnd(agent.url, 'standby.prepare_image', {
-      image_info: { id: name, urls: [url], os_hash_algo: 'sha256', os_hash_value: digest, ...imageInfo },
-    });
-  } finally {
-    await agent.close();
-  }
+function deploy(file: string, imageInfo: Record<string, unknown>, ring?: LogRing, flags?: Record<string, string>) {
+  return deployFile(server, loop.path, file, imageInfo, { ring, flags });
 }
 
 /** The deploy phases, in the order the agent logged how long each took. */
@@ -97,7 +80,7 @@ function succeeded(r: { command_status: string; command_error: unknown }): void 
 
 describe('standby.prepare_image writes real images', () => {
   it('streams a raw GPT image and relocates the backup GPT', async () => {
-    const r = await deploy(gpt, gpt.path, { disk_format: 'raw', stream_raw_images: true });
+    const r = await deploy(gpt.path, { disk_format: 'raw', stream_raw_images: true });
     expect(r.command_error).toBeNull();
     expect(r.command_status).toBe('SUCCEEDED');
     expect(r.command_result.result).toMatch(
@@ -108,7 +91,7 @@ describe('standby.prepare_image writes real images', () => {
 
   it('buffers a raw MBR image when streaming is off, and reports the MBR disk identifier', async () => {
     const log = new LogRing();
-    const r = await deploy(mbr, mbr.path, { disk_format: 'raw', stream_raw_images: false }, log);
+    const r = await deploy(mbr.path, { disk_format: 'raw', stream_raw_images: false }, log);
     succeeded(r);
     await expectWritten(mbr);
     const id = (await readFile(mbr.path)).readUInt32LE(440).toString(16).padStart(8, '0');
@@ -122,9 +105,7 @@ describe('standby.prepare_image writes real images', () => {
     async (kind) => {
       const log = new LogRing();
       const qcow2 = await toQcow2(gpt.path, join(work.dir, `streamed-${kind}.qcow2`));
-      succeeded(
-        await deploy(gpt, kind === 'none' ? qcow2 : await compress(qcow2, kind), { disk_format: 'qcow2' }, log),
-      );
+      succeeded(await deploy(kind === 'none' ? qcow2 : await compress(qcow2, kind), { disk_format: 'qcow2' }, log));
       await expectWritten(gpt);
       expect(phasesIn(log)).toEqual(['device', 'stream', 'table', 'check']);
       expect(log.tail().some((l) => l.includes('qcow2 image placed by the streaming reader'))).toBe(true);
@@ -134,14 +115,14 @@ describe('standby.prepare_image writes real images', () => {
   it('converts a gzip-packed qcow2 image from the buffer (streaming off), its checksum (over the packed bytes) checked before the device is written', async () => {
     const log = new LogRing();
     const packed = await compress(await toQcow2(gpt.path, join(work.dir, 'packed.qcow2')), 'gzip');
-    succeeded(await deploy(gpt, packed, { disk_format: 'qcow2' }, log, { 'ina-qcow2-stream-spool': '0' }));
+    succeeded(await deploy(packed, { disk_format: 'qcow2' }, log, { 'ina-qcow2-stream-spool': '0' }));
     await expectWritten(gpt);
     expect(phasesIn(log)).toEqual(['device', 'download', 'inspect', 'convert', 'table', 'check']);
   });
 
   for (const kind of ['gzip', 'zstd', 'xz'] as const) {
     it(`decompresses a ${kind} raw image on the fly (the checksum covers the compressed bytes)`, async () => {
-      succeeded(await deploy(gpt, await compress(gpt.path, kind), { disk_format: 'raw', stream_raw_images: true }));
+      succeeded(await deploy(await compress(gpt.path, kind), { disk_format: 'raw', stream_raw_images: true }));
       await expectWritten(gpt);
     });
   }
@@ -152,7 +133,7 @@ describe('standby.prepare_image writes real images', () => {
     async (stream) => {
       const padded = join(work.dir, `padded-${stream}.gz`);
       await writeFile(padded, Buffer.concat([await readFile(await compress(gpt.path, 'gzip')), Buffer.alloc(2 * MiB)]));
-      succeeded(await deploy(gpt, padded, { disk_format: 'raw', stream_raw_images: stream }));
+      succeeded(await deploy(padded, { disk_format: 'raw', stream_raw_images: stream }));
       await expectWritten(gpt);
     },
   );

@@ -11,7 +11,15 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { attachLoop, detachLoop, MiB, type LoopDevice } from '../helpers/loop.ts';
 import { call } from '../helpers/api-harness.ts';
-import { isPainted, paint, readDevice, runCommand, runToEnd, startImageAgent } from '../helpers/image-agent.ts';
+import {
+  deployFile,
+  isPainted,
+  paint,
+  readDevice,
+  runCommand,
+  runToEnd,
+  startImageAgent,
+} from '../helpers/image-agent.ts';
 import { startImageServer, type ImageServer } from '../helpers/image-server.ts';
 import {
   compress,
@@ -51,17 +59,8 @@ async function sha256Of(file: string): Promise<string> {
     .digest('hex');
 }
 
-async function deployFile(file: string, info: Record<string, unknown>, flags: Record<string, string> = {}) {
-  const name = `${Math.random().toString(16).slice(2)}-${file.split('/').pop()}`;
-  const url = await server.serveFile(name, file);
-  const agent = await startImageAgent(loop.path, flags);
-  try {
-    return await runToEnd(agent.url, 'standby.prepare_image', {
-      image_info: { id: name, urls: [url], os_hash_algo: 'sha256', os_hash_value: await sha256Of(file), ...info },
-    });
-  } finally {
-    await agent.close();
-  }
+function deploy(file: string, info: Record<string, unknown>, flags?: Record<string, string>) {
+  return deployFile(server, loop.path, file, info, { flags });
 }
 
 /** Runs `body` with a fresh tmpfs of `size` mounted, or skips the test, saying why, where none can be mounted. */
@@ -81,7 +80,7 @@ async function withTmpfs(size: string, ctx: { skip(): void }, body: (dir: string
   }
 }
 
-async function expectRefused(r: Awaited<ReturnType<typeof deployFile>>, type: string, details: RegExp): Promise<void> {
+async function expectRefused(r: Awaited<ReturnType<typeof deploy>>, type: string, details: RegExp): Promise<void> {
   expect(r.command_status).toBe('FAILED');
   expect(r.command_error!.type).toBe(type);
   expect(r.command_error!.details).toMatch(details);
@@ -90,24 +89,24 @@ async function expectRefused(r: Awaited<ReturnType<typeof deployFile>>, type: st
 
 describe('refused before the device is written', () => {
   it('a qcow2 image with a backing file', async () => {
-    const r = await deployFile(await qcow2WithBackingFile(small.path), { disk_format: 'qcow2' });
+    const r = await deploy(await qcow2WithBackingFile(small.path), { disk_format: 'qcow2' });
     await expectRefused(r, 'InvalidImage', /backing file/);
   });
 
   it('a qcow2 image with an external data file', async () => {
-    const r = await deployFile(await qcow2WithDataFile(work.dir, 6), { disk_format: 'qcow2' });
+    const r = await deploy(await qcow2WithDataFile(work.dir, 6), { disk_format: 'qcow2' });
     await expectRefused(r, 'InvalidImage', /external data file/);
   });
 
   it('a qcow2 image that claims to be raw, streamed or buffered', async () => {
     const qcow2 = await toQcow2(small.path);
     await expectRefused(
-      await deployFile(qcow2, { disk_format: 'raw', stream_raw_images: true }),
+      await deploy(qcow2, { disk_format: 'raw', stream_raw_images: true }),
       'InvalidImage',
       /actually qcow2/,
     );
     await expectRefused(
-      await deployFile(qcow2, { disk_format: 'raw', stream_raw_images: false }),
+      await deploy(qcow2, { disk_format: 'raw', stream_raw_images: false }),
       'InvalidImage',
       /actually qcow2/,
     );
@@ -116,7 +115,7 @@ describe('refused before the device is written', () => {
   it.each(['gzip', 'zstd', 'xz'] as const)('a %s-packed qcow2 image that claims to be raw, streamed', async (kind) => {
     const packed = await compress(await toQcow2(small.path, join(work.dir, `disguised-${kind}.qcow2`)), kind);
     await expectRefused(
-      await deployFile(packed, { disk_format: 'raw', stream_raw_images: true }),
+      await deploy(packed, { disk_format: 'raw', stream_raw_images: true }),
       'InvalidImage',
       /actually qcow2/,
     );
@@ -127,7 +126,7 @@ describe('refused before the device is written', () => {
     const packed = join(work.dir, `disk-${stream}.raw.bz2`);
     await execa('sh', ['-c', 'bzip2 -c "$0" > "$1"', small.path, packed]);
     await expectRefused(
-      await deployFile(packed, { disk_format: 'raw', stream_raw_images: stream }),
+      await deploy(packed, { disk_format: 'raw', stream_raw_images: stream }),
       'InvalidImage',
       /safety check: the image is bzip2-compressed/,
     );
@@ -138,7 +137,7 @@ describe('refused before the device is written', () => {
     await execa('tar', ['-cf', tar, '-C', work.dir, small.path.split('/').pop()!]);
     for (const file of [tar, await compress(tar, 'gzip')]) {
       await expectRefused(
-        await deployFile(file, { disk_format: 'raw', stream_raw_images: stream }),
+        await deploy(file, { disk_format: 'raw', stream_raw_images: stream }),
         'InvalidImage',
         /safety check: the image is a tar archive/,
       );
@@ -147,7 +146,7 @@ describe('refused before the device is written', () => {
 
   it('a raw image that claims to be qcow2', async () => {
     await expectRefused(
-      await deployFile(small.path, { disk_format: 'qcow2' }),
+      await deploy(small.path, { disk_format: 'qcow2' }),
       'InvalidImage',
       /Expected format was qcow2, but image was actually raw/,
     );
@@ -156,12 +155,12 @@ describe('refused before the device is written', () => {
   it('an image larger than the disk, raw or qcow2', async () => {
     const big = await makeDiskImage(work.dir, { table: 'mbr', sizeMiB: 24, name: 'big.raw', randomKiB: 64 });
     await expectRefused(
-      await deployFile(big.path, { disk_format: 'raw', stream_raw_images: true }),
+      await deploy(big.path, { disk_format: 'raw', stream_raw_images: true }),
       'ImageWriteError',
       /larger than/,
     );
     await expectRefused(
-      await deployFile(await toQcow2(big.path), { disk_format: 'qcow2' }),
+      await deploy(await toQcow2(big.path), { disk_format: 'qcow2' }),
       'ImageWriteError',
       /virtual size .* larger than/,
     );
@@ -169,7 +168,7 @@ describe('refused before the device is written', () => {
 
   it('an image the RAM-backed buffer cannot hold', async (ctx) => {
     await withTmpfs('2m', ctx, async (dir) => {
-      const r = await deployFile(
+      const r = await deploy(
         small.path,
         { disk_format: 'raw', stream_raw_images: false },
         { 'ipa-image-buffer-dir': dir },
@@ -177,11 +176,7 @@ describe('refused before the device is written', () => {
       await expectRefused(r, 'ImageDownloadOutofSpaceError', /does not fit in the buffer/);
       // Packed, the 6 MiB image fits in 2 MiB: it is downloaded, and its decoder stopped at the buffer's size.
       const packed = await compress(small.path, 'gzip');
-      const p = await deployFile(
-        packed,
-        { disk_format: 'raw', stream_raw_images: false },
-        { 'ipa-image-buffer-dir': dir },
-      );
+      const p = await deploy(packed, { disk_format: 'raw', stream_raw_images: false }, { 'ipa-image-buffer-dir': dir });
       await expectRefused(
         p,
         'ImageDownloadOutofSpaceError',
@@ -287,7 +282,7 @@ describe('refused before the device is written', () => {
       await agent.close();
     }
     const sums = server.serve(`md5sums-${Math.random()}`, `${md5}\n`);
-    const r = await deployFile(
+    const r = await deploy(
       small.path,
       {
         disk_format: 'raw',
@@ -309,7 +304,7 @@ describe('corrupt compressed data', () => {
     for (let i = 64; i < packed.length; i += 97) packed[i] = packed[i]! ^ 0x5a;
     const file = join(work.dir, `corrupt.${kind}`);
     await writeFile(file, packed);
-    const r = await deployFile(file, { disk_format: 'raw', stream_raw_images: true });
+    const r = await deploy(file, { disk_format: 'raw', stream_raw_images: true });
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error!.type).toBe('InvalidImage');
     expect(r.command_error!.details).toMatch(new RegExp(`${kind} data could not be decompressed`));
@@ -319,7 +314,7 @@ describe('corrupt compressed data', () => {
 describe('checksum mismatch', () => {
   it('fails naming both digests and leaves nothing that looks like a disk label', async () => {
     const wrong = 'ab'.repeat(32);
-    const r = await deployFile(small.path, { disk_format: 'raw', stream_raw_images: true, os_hash_value: wrong });
+    const r = await deploy(small.path, { disk_format: 'raw', stream_raw_images: true, os_hash_value: wrong });
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error!.type).toBe('ImageChecksumError');
     expect(r.command_error!.details).toContain(`image checksum: ${wrong}`);
@@ -338,7 +333,7 @@ describe('checksum mismatch', () => {
     async (_, info, convert, flags) => {
       const wrong = 'cd'.repeat(32);
       const file = convert ? await toQcow2(small.path, join(work.dir, 'mismatch.qcow2')) : small.path;
-      const r = await deployFile(file, { ...info, os_hash_value: wrong }, flags);
+      const r = await deploy(file, { ...info, os_hash_value: wrong }, flags);
       expect(r.command_status).toBe('FAILED');
       expect(r.command_error!.type).toBe('ImageChecksumError');
       expect(r.command_error!.details).toContain(`verification checksum: ${await sha256Of(file)}`);
@@ -348,7 +343,7 @@ describe('checksum mismatch', () => {
 
   it('a compressed buffered image: fails before the device is written', async () => {
     const packed = await compress(await toQcow2(small.path, join(work.dir, 'mismatch-packed.qcow2')), 'gzip');
-    const r = await deployFile(
+    const r = await deploy(
       packed,
       { disk_format: 'qcow2', os_hash_value: 'ef'.repeat(32) },
       { 'ina-qcow2-stream-spool': '0' },
@@ -358,7 +353,7 @@ describe('checksum mismatch', () => {
 
   it('a compressed streamed qcow2: fails once written, over the packed bytes, and leaves nothing that looks like a disk label', async () => {
     const packed = await compress(await toQcow2(small.path, join(work.dir, 'mismatch-streamed.qcow2')), 'zstd');
-    const r = await deployFile(packed, { disk_format: 'qcow2', os_hash_value: 'ef'.repeat(32) });
+    const r = await deploy(packed, { disk_format: 'qcow2', os_hash_value: 'ef'.repeat(32) });
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error!.type).toBe('ImageChecksumError');
     expect(r.command_error!.details).toContain(`verification checksum: ${await sha256Of(packed)}`);
@@ -367,7 +362,7 @@ describe('checksum mismatch', () => {
 
   it('is reported rather than the refusal that damaged bytes cause, and the device is not written', async () => {
     const qcow2 = await toQcow2(small.path, join(work.dir, 'mismatch-disguised.qcow2'));
-    const r = await deployFile(qcow2, { disk_format: 'raw', stream_raw_images: false, os_hash_value: '01'.repeat(32) });
+    const r = await deploy(qcow2, { disk_format: 'raw', stream_raw_images: false, os_hash_value: '01'.repeat(32) });
     await expectRefused(r, 'ImageChecksumError', /image checksum: (01){32}/);
   });
 });
@@ -475,7 +470,7 @@ describe('a packed image that goes wrong after writing began', () => {
       for (let i = packed.length - 64 * 1024; i < packed.length - 100; i += 97) packed[i] = packed[i]! ^ 0x5a;
       const file = join(work.dir, `late-broken.${kind}`);
       await writeFile(file, packed);
-      const r = await deployFile(file, { disk_format: 'raw', stream_raw_images: true });
+      const r = await deploy(file, { disk_format: 'raw', stream_raw_images: true });
       expect(r.command_status).toBe('FAILED');
       expect(r.command_error!.type).toBe('InvalidImage');
       expect(r.command_error!.details).toMatch(new RegExp(`${kind} data could not be decompressed`));
@@ -492,7 +487,7 @@ describe('a packed image that goes wrong after writing began', () => {
         name: `big-packed-${kind}.raw`,
         randomKiB: 64,
       });
-      const r = await deployFile(await compress(big.path, kind), { disk_format: 'raw', stream_raw_images: true });
+      const r = await deploy(await compress(big.path, kind), { disk_format: 'raw', stream_raw_images: true });
       expect(r.command_status).toBe('FAILED');
       expect(r.command_error!.type).toBe('ImageWriteError');
       expect(r.command_error!.details).toMatch(/decompressed image is larger than/);
@@ -512,7 +507,7 @@ describe('a conversion that fails halfway', () => {
     const qcow2 = `${img.path}.qcow2`;
     await execa('qemu-img', ['convert', '-q', '-c', '-f', 'raw', '-O', 'qcow2', img.path, qcow2]);
     await corruptLastCluster(qcow2);
-    const r = await deployFile(qcow2, { disk_format: 'qcow2' });
+    const r = await deploy(qcow2, { disk_format: 'qcow2' });
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error!.type).toBe('InvalidImage');
     expect(r.command_error!.details).toMatch(/compressed cluster at guest offset \d+ cannot be decoded/);
@@ -524,7 +519,7 @@ describe('a conversion that fails halfway', () => {
     const qcow2 = `${img.path}.qcow2`;
     await execa('qemu-img', ['convert', '-q', '-c', '-f', 'raw', '-O', 'qcow2', img.path, qcow2]);
     await corruptLastCluster(qcow2);
-    const r = await deployFile(qcow2, { disk_format: 'qcow2' }, { 'ina-qcow2-stream-spool': '0' });
+    const r = await deploy(qcow2, { disk_format: 'qcow2' }, { 'ina-qcow2-stream-spool': '0' });
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error!.type).toBe('ImageWriteError');
     expect(r.command_error!.details).toMatch(/Writing image to device .* failed with exit code 1/);
@@ -533,7 +528,7 @@ describe('a conversion that fails halfway', () => {
     // The same bytes, damaged in transit as far as the checksum tells: that is what is reported, after the
     // failed write was cleared (the paint is gone).
     await paint(loop.path, loop.sizeBytes);
-    const mismatch = await deployFile(
+    const mismatch = await deploy(
       qcow2,
       { disk_format: 'qcow2', os_hash_value: '23'.repeat(32) },
       { 'ina-qcow2-stream-spool': '0' },

@@ -17,7 +17,7 @@ import { nicMacs } from '../../agent/conductor/nics.ts';
 import { collectors } from '../../agent/inspect/collectors/registry.ts';
 import { inspect, inspectUntilAnswered } from '../../agent/inspect/flow.ts';
 import { memTotalBytes } from '../../agent/inspect/memory.ts';
-import { nullLogger } from '../../agent/log.ts';
+import { LogRing, nullLogger } from '../../agent/log.ts';
 import { AgentState } from '../../agent/state.ts';
 import { FakeConductor } from '../helpers/fake-conductor.ts';
 import { installFakes } from '../helpers/fake-tools.ts';
@@ -71,7 +71,11 @@ function inProcess(flags: Record<string, string>, extra: Partial<Parameters<type
   const config = configFor(flags);
   const state = new AgentState('test', null);
   const clock = new VirtualClock({ start: 0 });
-  return { state, clock, run: () => inspect({ config, log: nullLogger, state, clock, ...extra }) };
+  return {
+    state,
+    clock,
+    run: () => inspect({ config, log: nullLogger, logRing: new LogRing(), state, clock, ...extra }),
+  };
 }
 
 const macs = await nicMacs();
@@ -149,6 +153,10 @@ describe('the agent process with only ipa-inspection-callback-url', () => {
         .subarray(257, 262)
         .toString(),
     ).toBe('ustar');
+    // its agent.log is the agent's own recent log: the ring main.ts's logger writes reaches the collector
+    await writeFile(join(dir, 'logs.tar.gz'), Buffer.from(body.logs as string, 'base64'));
+    const agentLog = execFileSync('tar', ['-xzOf', join(dir, 'logs.tar.gz'), './agent.log'], { encoding: 'utf8' });
+    expect(agentLog).toMatch(/"msg":"hardware inventory collected"/);
     // the log says how long the inventory took; the status file (the console) shows the summary and result
     expect(out).toMatch(/"collectionMs":\d+/);
     await new Promise((r) => setTimeout(r, 400));
@@ -231,7 +239,7 @@ describe('posting', () => {
     });
     const state = new AgentState('test', null);
     const clock = new VirtualClock({ start: 0 });
-    const r = await inspectUntilAnswered({ config, log: nullLogger, state, clock });
+    const r = await inspectUntilAnswered({ config, log: nullLogger, logRing: new LogRing(), state, clock });
     expect(r.outcome).toMatchObject({ kind: 'accepted', attempts: 2 });
     expect(r.nodeUuid).toBe('u-9');
     // Round one: three attempts within 12 s; a pause; round two: the second attempt is answered.

@@ -11,7 +11,7 @@ import { nicMacs } from '../../agent/conductor/nics.ts';
 import { runCollectors, type Payload } from '../../agent/inspect/collectors/registry.ts';
 import { HostRoot } from '../../agent/inspect/host-root.ts';
 import { collectInventory, guessRootDisk, inventorySummary, type Inventory } from '../../agent/inspect/inventory.ts';
-import { nullLogger } from '../../agent/log.ts';
+import { LogRing, nullLogger } from '../../agent/log.ts';
 
 const dir = join(import.meta.dirname, '..', 'fixtures/inspect/laptop-like-qemu');
 const root = new HostRoot(dir);
@@ -23,6 +23,7 @@ describe('recorded: a laptop-like machine (Debian kernel in QEMU under OVMF, mac
     const result = await runCollectors({
       root,
       log: nullLogger,
+      logRing: new LogRing(),
       names: ['default', 'usb-devices'],
       captureLldp: async () => {
         throw new Error('no LLDP capture in this test');

@@ -15,6 +15,39 @@ async function rootDisk(): Promise<string> {
   return stdout.trim();
 }
 
+/**
+ * A sysfs-shaped tree (class/block, dev/block) holding the real loop device `dev`, the given mount table and no
+ * swap, and a guard reading it: the stacked devices this kernel cannot make (device-mapper, md) are added to it.
+ */
+async function withSysTree(
+  dev: string,
+  mountinfo: string,
+  body: (tree: { name: string; classBlock: string; devBlock: string; guard: DeviceGuard }) => Promise<void>,
+): Promise<void> {
+  const root = await mkdtemp(join(tmpdir(), 'ina-sys-'));
+  try {
+    const name = dev.slice(5);
+    const rdev = (await stat(dev)).rdev;
+    const majMin = `${Math.floor(rdev / 256) & 0xfff}:${rdev & 0xff}`;
+    const devBlock = join(root, 'dev/block');
+    const classBlock = join(root, 'class/block');
+    await mkdir(devBlock, { recursive: true });
+    await mkdir(join(classBlock, name), { recursive: true });
+    await symlink(`../../devices/virtual/block/${name}`, join(devBlock, majMin));
+    await writeFile(join(root, 'mountinfo'), mountinfo);
+    await writeFile(join(root, 'swaps'), 'Filename Type Size Used Priority\n');
+    const guard = new DeviceGuard([dev], {
+      mountinfo: join(root, 'mountinfo'),
+      swaps: join(root, 'swaps'),
+      sysClassBlock: classBlock,
+      sysDevBlock: devBlock,
+    });
+    await body({ name, classBlock, devBlock, guard });
+  } finally {
+    await rm(root, { recursive: true, force: true });
+  }
+}
+
 describe('device guard', () => {
   it('refuses the disk holding the root filesystem, even without an allow-list', async () => {
     const root = await rootDisk();
@@ -76,81 +109,51 @@ describe('device guard', () => {
 
   it('refuses a device under a mounted stacked device (device-mapper, md) — sysfs tree as the kernel shows it', () =>
     // This kernel has no device-mapper, so the stacked device lives in a sysfs-shaped tree around a real loop device.
-    withLoops([8 * MiB], async ([loop]) => {
-      const root = await mkdtemp(join(tmpdir(), 'ina-sys-'));
-      try {
-        const name = loop!.path.slice(5);
-        const rdev = (await stat(loop!.path)).rdev;
-        const majMin = `${Math.floor(rdev / 256) & 0xfff}:${rdev & 0xff}`;
-        const devBlock = join(root, 'dev/block');
-        const classBlock = join(root, 'class/block');
-        await mkdir(devBlock, { recursive: true });
-        await mkdir(join(classBlock, 'dm-0/slaves'), { recursive: true });
-        await mkdir(join(classBlock, name), { recursive: true });
-        await writeFile(join(classBlock, 'dm-0/slaves', name), '');
-        await symlink(`../../devices/virtual/block/${name}`, join(devBlock, majMin));
-        await symlink('../../devices/virtual/block/dm-0', join(devBlock, '253:0'));
-        await writeFile(join(root, 'mountinfo'), '30 1 253:0 / /srv/data rw,relatime - ext4 /dev/mapper/vg-data rw\n');
-        await writeFile(join(root, 'swaps'), 'Filename Type Size Used Priority\n');
-        const guard = new DeviceGuard([loop!.path], {
-          mountinfo: join(root, 'mountinfo'),
-          swaps: join(root, 'swaps'),
-          sysClassBlock: classBlock,
-          sysDevBlock: devBlock,
-        });
-        expect(await guard.verdict(loop!.path)).toEqual({
-          ok: false,
-          reason: 'it is under dm-0, which is mounted at /srv/data',
-        });
-      } finally {
-        await rm(root, { recursive: true, force: true });
-      }
-    }));
+    withLoops([8 * MiB], async ([loop]) =>
+      withSysTree(
+        loop!.path,
+        '30 1 253:0 / /srv/data rw,relatime - ext4 /dev/mapper/vg-data rw\n',
+        async ({ name, classBlock, devBlock, guard }) => {
+          await mkdir(join(classBlock, 'dm-0/slaves'), { recursive: true });
+          await writeFile(join(classBlock, 'dm-0/slaves', name), '');
+          await symlink('../../devices/virtual/block/dm-0', join(devBlock, '253:0'));
+          expect(await guard.verdict(loop!.path)).toEqual({
+            ok: false,
+            reason: 'it is under dm-0, which is mounted at /srv/data',
+          });
+        },
+      ),
+    ));
 
   it('refuses a member of a running md array written alone, and the disk holding one — sysfs tree as the kernel shows it', () =>
     // This kernel has no md: the array lives in a sysfs-shaped tree around a real loop device, nothing mounted.
-    withLoops([8 * MiB], async ([loop]) => {
-      const root = await mkdtemp(join(tmpdir(), 'ina-sys-'));
-      try {
-        const name = loop!.path.slice(5);
-        const rdev = (await stat(loop!.path)).rdev;
-        const majMin = `${Math.floor(rdev / 256) & 0xfff}:${rdev & 0xff}`;
-        const devBlock = join(root, 'dev/block');
-        const classBlock = join(root, 'class/block');
-        await mkdir(devBlock, { recursive: true });
-        await mkdir(join(classBlock, name), { recursive: true });
-        await symlink(`../../devices/virtual/block/${name}`, join(devBlock, majMin));
-        await writeFile(join(root, 'mountinfo'), '30 1 0:99 / /run rw,relatime - tmpfs tmpfs rw\n');
-        await writeFile(join(root, 'swaps'), 'Filename Type Size Used Priority\n');
-        const guard = new DeviceGuard([loop!.path], {
-          mountinfo: join(root, 'mountinfo'),
-          swaps: join(root, 'swaps'),
-          sysClassBlock: classBlock,
-          sysDevBlock: devBlock,
-        });
-        expect(await guard.verdict(loop!.path)).toEqual({ ok: true });
-        // A partition of it is a member of md0.
-        await mkdir(join(classBlock, name, `${name}p1/holders`), { recursive: true });
-        await writeFile(join(classBlock, name, `${name}p1/holders/md0`), '');
-        await symlink(`${name}/${name}p1`, join(classBlock, `${name}p1`));
-        expect(await guard.verdict(loop!.path)).toEqual({
-          ok: false,
-          reason: `it is the holder of ${name}p1, a member of the software RAID array md0: only the array may be written, or it must be stopped first`,
-        });
-        await expect(guard.assertWritable(loop!.path, 'write an image to')).rejects.toThrow(ProtectedDeviceError);
-        // The whole disk a member itself (an array built on disks, not partitions).
-        await rm(join(classBlock, name, `${name}p1`), { recursive: true });
-        await rm(join(classBlock, `${name}p1`));
-        await mkdir(join(classBlock, name, 'holders'), { recursive: true });
-        await writeFile(join(classBlock, name, 'holders/md127'), '');
-        expect(await guard.verdict(loop!.path)).toMatchObject({
-          ok: false,
-          reason: expect.stringMatching(/^it is a member of the software RAID array md127: /),
-        });
-      } finally {
-        await rm(root, { recursive: true, force: true });
-      }
-    }));
+    withLoops([8 * MiB], async ([loop]) =>
+      withSysTree(
+        loop!.path,
+        '30 1 0:99 / /run rw,relatime - tmpfs tmpfs rw\n',
+        async ({ name, classBlock, guard }) => {
+          expect(await guard.verdict(loop!.path)).toEqual({ ok: true });
+          // A partition of it is a member of md0.
+          await mkdir(join(classBlock, name, `${name}p1/holders`), { recursive: true });
+          await writeFile(join(classBlock, name, `${name}p1/holders/md0`), '');
+          await symlink(`${name}/${name}p1`, join(classBlock, `${name}p1`));
+          expect(await guard.verdict(loop!.path)).toEqual({
+            ok: false,
+            reason: `it is the holder of ${name}p1, a member of the software RAID array md0: only the array may be written, or it must be stopped first`,
+          });
+          await expect(guard.assertWritable(loop!.path, 'write an image to')).rejects.toThrow(ProtectedDeviceError);
+          // The whole disk a member itself (an array built on disks, not partitions).
+          await rm(join(classBlock, name, `${name}p1`), { recursive: true });
+          await rm(join(classBlock, `${name}p1`));
+          await mkdir(join(classBlock, name, 'holders'), { recursive: true });
+          await writeFile(join(classBlock, name, 'holders/md127'), '');
+          expect(await guard.verdict(loop!.path)).toMatchObject({
+            ok: false,
+            reason: expect.stringMatching(/^it is a member of the software RAID array md127: /),
+          });
+        },
+      ),
+    ));
 
   it('refuses every device when the mount table cannot be read', () =>
     withLoops([8 * MiB], async ([loop]) => {

@@ -178,6 +178,16 @@ function capturingLogger() {
 
 const SH = '#!/bin/sh\n';
 
+/** Whether process `pid` still exists. */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 describe('plugins from a folder, through the API', () => {
   let dir: string;
   let out: string;
@@ -409,14 +419,6 @@ export const manager = {
     await expect.poll(() => pidOf(`${out}.child`), { timeout: 20_000 }).toBeGreaterThan(0);
     await expect.poll(() => pidOf(`${out}.pid`), { timeout: 20_000 }).toBeGreaterThan(0);
     const [pid, child] = [await pidOf(`${out}.pid`), await pidOf(`${out}.child`)];
-    const alive = (p: number) => {
-      try {
-        process.kill(p, 0);
-        return true;
-      } catch {
-        return false;
-      }
-    };
     expect(alive(pid) && alive(child)).toBe(true);
     const record = await agent.agent.executor.cancel('the test cancels the step');
     expect(record?.status).toBe('FAILED');
@@ -443,14 +445,6 @@ export const manager = {
 });
 
 describe('an executable step leaves nothing of its process group behind', () => {
-  const alive = (p: number) => {
-    try {
-      process.kill(p, 0);
-      return true;
-    } catch {
-      return false;
-    }
-  };
   // The program backgrounds a helper that ignores SIGTERM (and whose own child inherits that), then ends or
   // waits; the helper's pipes go to /dev/null, so only the process group ties it to the step.
   const run = async (end: string, abort: boolean) => {

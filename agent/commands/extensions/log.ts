@@ -7,6 +7,6 @@ export const log: Extension = {
   collect_system_logs: command({
     mode: 'sync',
     parse: () => undefined,
-    run: async (_p, ctx) => ({ system_logs: (await collectSystemLogs(ctx.log)).toString('base64') }),
+    run: async (_p, ctx) => ({ system_logs: (await collectSystemLogs(ctx.log, ctx.logRing)).toString('base64') }),
   }),
 };

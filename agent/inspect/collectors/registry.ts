@@ -2,7 +2,7 @@
 // `collector <name> failed: <why>` and the others still run (IPA's AccumulatedFailures).
 import { GENERIC_NAME, GENERIC_VERSION } from '../../steps/builtin.ts';
 import { collectSystemLogs } from '../../host/system-logs.ts';
-import type { Logger } from '../../log.ts';
+import type { Logger, LogRing } from '../../log.ts';
 import type { HostRoot } from '../host-root.ts';
 import { candidateNames } from '../interfaces.ts';
 import { guessRootDisk, type Inventory } from '../inventory.ts';
@@ -17,6 +17,8 @@ export type Payload = Record<string, unknown>;
 export interface CollectorContext {
   root: HostRoot;
   log: Logger;
+  /** The agent's recent log lines, for the `logs` collector's archive. */
+  logRing: LogRing;
   /** The inventory, collected once per inspection. */
   inventory: () => Promise<Inventory>;
   /** The collector names of this inspection, as given. */
@@ -48,7 +50,7 @@ export const collectors: Readonly<Record<string, Collector>> = {
     };
   },
   logs: async (ctx, data) => {
-    data.logs = (await collectSystemLogs(ctx.log)).toString('base64');
+    data.logs = (await collectSystemLogs(ctx.log, ctx.logRing)).toString('base64');
   },
   'pci-devices': async (ctx, data) => {
     data.pci_devices = await readPciDevices(ctx.root);

@@ -1,17 +1,11 @@
-// Hostile qcow2 images deployed through the agent's API, streamed: what the header shows is refused before
-// the device is touched (it keeps its paint); what only later bytes show fails the command and leaves no
-// disk label. And an image whose tables come after more data than the spool may hold: deployed all the
-// same, by the buffered qemu-img path, saying so in the log and the progress.
-import { createHash } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { deflateRawSync } from 'node:zlib';
 import { execa } from 'execa';
-import pino from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { LogRing } from '../../../agent/log.ts';
 import { attachLoop, detachLoop, MiB, type LoopDevice } from '../../helpers/loop.ts';
-import { isPainted, paint, readDevice, runToEnd, startImageAgent } from '../../helpers/image-agent.ts';
+import { deployFile, isPainted, paint, readDevice } from '../../helpers/image-agent.ts';
 import { startImageServer, type ImageServer } from '../../helpers/image-server.ts';
 import { compress, makeDiskImage, workDir, type DiskImage } from '../../helpers/make-image.ts';
 
@@ -48,27 +42,13 @@ afterAll(async () => {
 async function deploy(
   image: Buffer,
   flags: Record<string, string> = {},
-  log?: LogRing,
+  ring?: LogRing,
   name = `${Math.random().toString(16).slice(2)}.qcow2`,
   from = server,
 ) {
   const file = join(work.dir, name);
   await writeFile(file, image);
-  const url = await from.serveFile(name, file);
-  const agent = await startImageAgent(loop.path, flags, log && pino({ base: null }, log));
-  try {
-    return await runToEnd(agent.url, 'standby.prepare_image', {
-      image_info: {
-        id: name,
-        urls: [url],
-        disk_format: 'qcow2',
-        os_hash_algo: 'sha256',
-        os_hash_value: createHash('sha256').update(image).digest('hex'),
-      },
-    });
-  } finally {
-    await agent.close();
-  }
+  return deployFile(from, loop.path, file, { disk_format: 'qcow2' }, { flags, ring, name });
 }
 
 const field = { l1Size: 36, l1Offset: 40, reftableOffset: 48, size: 24 };
