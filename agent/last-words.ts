@@ -6,7 +6,7 @@
 import { appendFileSync, readFileSync } from 'node:fs';
 import type { CommandExecutor } from './commands/executor.ts';
 import { CommandExecutionError } from './errors.ts';
-import { flushLogsSync, type Logger } from './log.ts';
+import type { Logger } from './log.ts';
 import type { AgentState, CrashReport } from './state.ts';
 import { statusDocument, writeStatusSync, type StatusFile } from './status-file.ts';
 
@@ -17,11 +17,13 @@ export const CRASH_EXIT_CODE = 70;
 
 export function installLastWords(deps: {
   log: Logger;
+  /** Writes out the log file's queued lines (AgentLog.flushSync). */
+  flushLog: () => void;
   state: AgentState;
   executor: CommandExecutor;
   statusFile?: string;
 }): void {
-  const { log, state, executor, statusFile } = deps;
+  const { log, flushLog, state, executor, statusFile } = deps;
   let dying = false;
   // An unhandled rejection arrives here too (Node's default --unhandled-rejections=throw).
   process.on('uncaughtException', (err, origin) => {
@@ -55,7 +57,7 @@ export function installLastWords(deps: {
         `uncaught exception, exiting for a restart: ${report.error}`,
       ),
     );
-    attempt(flushLogsSync);
+    attempt(flushLog);
     attempt(() =>
       appendFileSync(
         2,

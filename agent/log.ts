@@ -26,13 +26,15 @@ export class LogRing extends Writable {
   }
 }
 
-/** Log files written in the background; a dying process flushes them itself (flushLogsSync). */
-const files: ReturnType<typeof pino.destination>[] = [];
-
 /** A logger and the ring of its recent lines, made together: the ring holds what this logger wrote. */
 export interface AgentLog {
   log: Logger;
   ring: LogRing;
+  /**
+   * Writes out what the log file has queued: the file is written in the background, and a process about to exit
+   * (a signal, an uncaught exception) must flush it itself or lose its last lines.
+   */
+  flushSync: () => void;
 }
 
 export function createLogger(opts: { debug: boolean; file?: string; quiet?: boolean }): AgentLog {
@@ -40,16 +42,13 @@ export function createLogger(opts: { debug: boolean; file?: string; quiet?: bool
   const ring = new LogRing();
   const streams: pino.StreamEntry[] = [{ level, stream: ring }];
   if (!opts.quiet) streams.push({ level, stream: process.stdout });
-  if (opts.file) {
-    const file = pino.destination({ dest: opts.file, append: true, sync: false });
-    files.push(file);
-    streams.push({ level, stream: file });
-  }
-  return { log: pino({ level, base: { svc: 'ironic-node-agent' } }, pino.multistream(streams)), ring };
-}
-
-export function flushLogsSync(): void {
-  for (const file of files) file.flushSync();
+  const file = opts.file ? pino.destination({ dest: opts.file, append: true, sync: false }) : undefined;
+  if (file) streams.push({ level, stream: file });
+  return {
+    log: pino({ level, base: { svc: 'ironic-node-agent' } }, pino.multistream(streams)),
+    ring,
+    flushSync: () => file?.flushSync(),
+  };
 }
 
 /** A silent logger for unit tests of modules that take one. */

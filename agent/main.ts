@@ -5,7 +5,7 @@ import { loadConfig, type Config } from './config/config.ts';
 import { ConfigError } from './config/reader.ts';
 import { ConductorLink } from './conductor/link.ts';
 import { FlagSyntaxError } from './config/sources.ts';
-import { createLogger, flushLogsSync, type Logger } from './log.ts';
+import { createLogger, type Logger } from './log.ts';
 import { installLastWords, previousCrash, restartLine } from './last-words.ts';
 import { mirrorStatus, statusDocument, writeStatusSync } from './status-file.ts';
 import { inspectWithoutConductor } from './inspect/without-conductor.ts';
@@ -43,7 +43,7 @@ async function main(): Promise<void> {
   } catch (err) {
     die(err);
   }
-  const { log, ring } = createLogger({ debug: config.debug, file: config.logFile });
+  const { log, ring, flushSync: flushLog } = createLogger({ debug: config.debug, file: config.logFile });
   if (config.notActedOn.length > 0) {
     log.warn(
       { params: config.notActedOn },
@@ -58,7 +58,7 @@ async function main(): Promise<void> {
   await waitForDisks(await liveDiskWait(config, log, realClock));
   const agent = createAgent(config, log, { logRing: ring });
   const { state } = agent.services;
-  installLastWords({ log, state, executor: agent.executor, statusFile: config.statusFile });
+  installLastWords({ log, flushLog, state, executor: agent.executor, statusFile: config.statusFile });
   if (config.statusFile) {
     // Read before the mirror overwrites it: the previous run may have left its last words there.
     const previous = previousCrash(config.statusFile);
@@ -90,16 +90,16 @@ async function main(): Promise<void> {
     });
     state.update({ phase: 'serving' });
     log.info({ port: server.port, standalone: true, allowlist: config.disks.allowlist }, 'agent API listening');
-    stopOn(agent, config, log, () => server.close());
+    stopOn(agent, config, log, flushLog, () => server.close());
   } else if (config.apiUrls.length === 0) {
     // Inspection without fast track: Ironic gave only the callback URL and powers the machine off afterwards.
-    stopOn(agent, config, log, async () => undefined);
+    stopOn(agent, config, log, flushLog, async () => undefined);
     await inspectWithoutConductor(agent, config, log);
   } else {
     // Like IPA, the API starts only once lookup succeeded; a failed lookup ends the process. The link
     // handles simulated power actions itself (it boots again as a fresh agent).
     const link = new ConductorLink(agent, config, log, { onFatal: die });
-    stopOn(agent, config, log, () => link.stop());
+    stopOn(agent, config, log, flushLog, () => link.stop());
     await link.start();
   }
 }
@@ -107,7 +107,13 @@ async function main(): Promise<void> {
 /** How long a stopping agent waits for an interrupted command's tools to exit (a supervisor's KILL comes later). */
 const CANCEL_GRACE_MS = 20_000;
 
-function stopOn(agent: Agent, config: Config, log: Logger, stopServing: () => Promise<void>): void {
+function stopOn(
+  agent: Agent,
+  config: Config,
+  log: Logger,
+  flushLog: () => void,
+  stopServing: () => Promise<void>,
+): void {
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) return;
@@ -138,7 +144,7 @@ function stopOn(agent: Agent, config: Config, log: Logger, stopServing: () => Pr
       }
     }
     await stopServing();
-    flushLogsSync();
+    flushLog();
     process.exit(0);
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
