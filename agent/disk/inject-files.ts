@@ -5,8 +5,8 @@
 // The image is untrusted: paths never leave the mounted partition, through `..` or through a symlink.
 // Content is base64, or, as in IPA, a URL (it contains `://`), with `{node[...]}` fields filled from the node,
 // fetched with the image download's client and bounds before any partition is touched.
-import { lstat, mkdir, chmod, chown, realpath, rm, writeFile } from 'node:fs/promises';
-import { isAbsolute, join, relative } from 'node:path';
+import { lstat, chmod, chown, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import type { AgentServices } from '../services.ts';
 import { isObject } from '../parse.ts';
 import {
@@ -16,6 +16,7 @@ import {
   InvalidCommandParamsError,
   ProtectedDeviceError,
 } from '../errors.ts';
+import { confinedPath } from '../host/confined-path.ts';
 import { withMounted } from '../host/mounts.ts';
 import { Dispatchers } from '../image/dispatchers.ts';
 import { readBounded } from '../image/http.ts';
@@ -209,35 +210,11 @@ function findBySpec(parts: Partition[], spec: number | string, disk: string): Pa
   return found;
 }
 
-/**
- * `relPath` inside `root`, refusing any route (symlinked directory or final symlink) that leads outside it.
- * Missing directories are made one at a time, each only once the one above it proved to be inside: a symlink in
- * the image (`/var/run -> /run`) would otherwise have them made on the ramdisk before the check.
- */
-async function confined(root: string, relPath: string, dirmode: number | undefined): Promise<string> {
-  const realRoot = await realpath(root);
-  const outside = () =>
-    new InvalidCommandParamsError(`Validation of files failed: ${relPath} leads outside its partition`);
-  const names = relPath.split('/').filter((n) => n !== '' && n !== '.');
-  const last = names.pop();
-  if (last === undefined || last === '..') throw outside();
-  let dir = realRoot;
-  for (const name of names) {
-    const next = join(dir, name);
-    if (!(await lstat(next).catch(() => null))) await mkdir(next, dirmode !== undefined ? { mode: dirmode } : {});
-    dir = await realpath(next);
-    const rel = relative(realRoot, dir);
-    if (rel.startsWith('..') || isAbsolute(rel)) throw outside();
-  }
-  const final = join(dir, last);
-  const st = await lstat(final).catch(() => null);
-  if (st?.isSymbolicLink())
-    throw new InvalidCommandParamsError(`Validation of files failed: ${relPath} is a symlink in the image`);
-  return final;
-}
-
 async function applyOne(root: string, f: InjectFile): Promise<void> {
-  const target = await confined(root, f.path, f.dirmode);
+  const target = await confinedPath(root, f.path, {
+    ...(f.dirmode !== undefined ? { makeDirs: { mode: f.dirmode } } : { makeDirs: {} }),
+    refuse: (why) => new InvalidCommandParamsError(`Validation of files failed: ${why}`),
+  });
   if (f.deleted) {
     await rm(target, { force: true });
     return;

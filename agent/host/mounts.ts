@@ -4,7 +4,7 @@
 import { mkdtemp, rmdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { errorText } from '../errors.ts';
+import { CommandExecutionError, errorText } from '../errors.ts';
 import { run } from '../exec.ts';
 import type { Logger } from '../log.ts';
 
@@ -14,10 +14,15 @@ export class MountStack {
 
   constructor(private readonly log?: Logger) {}
 
-  /** `mount <args…> <target>`, remembered for release (`args` ends with the source: a device, or `proc`). */
-  async mount(args: readonly string[], target: string): Promise<void> {
+  /**
+   * `mount <args…> <target>`, remembered for release (`args` ends with the source: a device, or `proc`). `slave`:
+   * the mount (a bind) then receives what is mounted below its source but sends nothing back, so whatever a
+   * chroot's programs mount below it does not appear in the ramdisk.
+   */
+  async mount(args: readonly string[], target: string, o: { slave?: boolean } = {}): Promise<void> {
     await run('mount', [...args, target], { log: this.log });
     this.targets.push(target);
+    if (o.slave) await run('mount', ['--make-rslave', target], { log: this.log });
   }
 
   /** Mounts `source` on a new private folder under the temporary folder, which release removes. */
@@ -52,18 +57,28 @@ export class MountStack {
   }
 }
 
-/** Runs `fn` with `device` mounted (with `options`, e.g. `ro`) on a private folder, unmounted however it ends. */
+/**
+ * Runs `fn` with `device` mounted (with `options`, e.g. `ro`) on a private folder, unmounted however it ends. A
+ * mount that stays busy after `fn` succeeded fails the work (CommandExecutionError): what was written may not be
+ * on the disk yet.
+ */
 export async function withMounted<T>(
   device: string,
   fn: (dir: string) => Promise<T>,
   o: { log?: Logger; options?: string; prefix?: string } = {},
 ): Promise<T> {
   const mounts = new MountStack(o.log);
+  let result: T;
   try {
     const dir = await mounts.mountAtNewDir([...(o.options ? ['-o', o.options] : []), device], o.prefix ?? 'ina-mount-');
-    return await fn(dir);
-  } finally {
+    result = await fn(dir);
+  } catch (err) {
+    // the work's own failure is the one to report
     const stuck = await mounts.release();
     if (stuck.length > 0) o.log?.error({ stuck }, 'unmounted lazily');
+    throw err;
   }
+  const stuck = await mounts.release();
+  if (stuck.length > 0) throw new CommandExecutionError(`Unmounting ${device} failed: ${stuck.join('; ')}`);
+  return result;
 }

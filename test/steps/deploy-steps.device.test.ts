@@ -241,13 +241,13 @@ describe('deploy steps on a loop device', () => {
     });
     expect(r.command_status).toBe('FAILED');
     expect(r.command_error?.type).toBe('InvalidCommandParamsError');
-    expect(r.command_error?.details).toMatch(/leads outside its partition/);
+    expect(r.command_error?.details).toMatch(/leads outside its filesystem/);
     await expect(stat(join(tmpdir(), name))).rejects.toThrow();
     // A directory to be made below the symlink is not made outside either.
     const deeper = await deployStep('inject_files', {
       files: [{ path: `/escape/${name}/sub/file`, partition: 1, content: b64('x') }],
     });
-    expect(deeper.command_error?.details).toMatch(/leads outside its partition/);
+    expect(deeper.command_error?.details).toMatch(/leads outside its filesystem/);
     await expect(stat(join(tmpdir(), name))).rejects.toThrow();
   });
 

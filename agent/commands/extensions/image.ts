@@ -58,9 +58,17 @@ async function cannotRegister(services: AgentServices): Promise<string | null> {
   return null;
 }
 
-/** IPA's answer when only grub-install from the image could make the disk bootable (CVE-2026-43003). */
+/**
+ * IPA's answer when only grub-install from the image could make the disk bootable (CVE-2026-43003). With the
+ * opt-in, what is left here is IPA's UEFI fallback to the image's grub-install, which this agent does not do.
+ */
 function biosBootloaderRefused(why: string, services: AgentServices): never {
   services.log.error({ why }, 'a boot loader would have to be installed from the image with grub-install');
+  if (services.config.enableBiosBootloaderInstall) {
+    throw new InvalidImage(
+      `${why}: installing the image's GRUB for UEFI (IPA's fallback to grub-install) is not implemented by this agent`,
+    );
+  }
   throw new InvalidImage(
     'Install of legacy BIOS bootloaders disabled by CONF.enable_bios_bootloader_install as part of CVE-2026-43003 mitigation.',
   );
