@@ -17,6 +17,7 @@ import { findEfiLoaders, type EfiLoader } from './efi-loaders.ts';
 import { activeArrays, holderDisks } from './md.ts';
 import { findEsp } from './partition-uuids.ts';
 import { listPartitions, rescanPartitions, type Partition } from './partitions.ts';
+import { placeInFront } from './raid-layout.ts';
 import { kernelNameOf, logicalSectorSize, SYS_BLOCK } from './sysfs.ts';
 
 const MiB = 2 ** 20;
@@ -37,17 +38,12 @@ export function espPlacement(
   partitions: readonly Pick<Partition, 'number' | 'start' | 'size'>[],
   sectorSize: number,
 ): { number: number; firstSector: number; lastSector: number } {
-  const end = ESP_START + ESP_SIZE;
-  const inTheWay = partitions.find((p) => p.start < end && p.start + p.size > ESP_START);
-  if (inTheWay) {
-    throw new SoftwareRAIDError(
-      `No room for the ${ESP_SIZE / MiB} MiB EFI system partition on ${holder} between ${ESP_START / MiB} and ${end / MiB} MiB: ` +
-        `partition ${inTheWay.number} starts at ${(inTheWay.start / MiB).toFixed(2)} MiB (was the RAID built for BIOS boot?)`,
-    );
-  }
-  let number = 1;
-  while (partitions.some((p) => p.number === number)) number++;
-  return { number, firstSector: ESP_START / sectorSize, lastSector: end / sectorSize - 1 };
+  return placeInFront(holder, partitions, sectorSize, {
+    start: ESP_START,
+    size: ESP_SIZE,
+    what: 'EFI system partition',
+    otherMode: 'bios',
+  });
 }
 
 /** mkfs.vfat's volume id (`-i`) for a FAT serial as blkid prints it (`ABCD-1234`); null when it is not one. */

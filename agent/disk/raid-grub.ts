@@ -18,6 +18,7 @@ import { MountStack, withMounted } from '../host/mounts.ts';
 import type { TaskContext } from '../services.ts';
 import { activeArrays, holderDisks } from './md.ts';
 import { listPartitions, rescanPartitions, tableType, type Partition } from './partitions.ts';
+import { placeInFront } from './raid-layout.ts';
 import { logicalSectorSize } from './sysfs.ts';
 
 const MiB = 2 ** 20;
@@ -47,17 +48,12 @@ export function biosBootPlacement(
   partitions: readonly Pick<Partition, 'number' | 'start' | 'size'>[],
   sectorSize: number,
 ): { number: number; firstSector: number; lastSector: number } {
-  const end = BIOS_BOOT_START + BIOS_BOOT_SIZE;
-  const inTheWay = partitions.find((p) => p.start < end && p.start + p.size > BIOS_BOOT_START);
-  if (inTheWay) {
-    throw new SoftwareRAIDError(
-      `No room for the ${BIOS_BOOT_SIZE / MiB} MiB BIOS boot partition on ${holder} between ${BIOS_BOOT_START / MiB} and ${end / MiB} MiB: ` +
-        `partition ${inTheWay.number} starts at ${(inTheWay.start / MiB).toFixed(2)} MiB (was the RAID built for UEFI boot?)`,
-    );
-  }
-  let number = 1;
-  while (partitions.some((p) => p.number === number)) number++;
-  return { number, firstSector: BIOS_BOOT_START / sectorSize, lastSector: end / sectorSize - 1 };
+  return placeInFront(holder, partitions, sectorSize, {
+    start: BIOS_BOOT_START,
+    size: BIOS_BOOT_SIZE,
+    what: 'BIOS boot partition',
+    otherMode: 'uefi',
+  });
 }
 
 /**

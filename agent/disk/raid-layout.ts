@@ -207,3 +207,28 @@ export function rootVolumesOf(plan: RaidPlan): Map<string, boolean> {
   for (const a of plan.arrays) if (a.logicalDisk.isRootVolume !== null) out.set(a.device, a.logicalDisk.isRootVolume);
   return out;
 }
+
+/**
+ * A boot partition in the room the layout kept in front of a holder's RAID partitions (IPA adds it when the boot
+ * loader is installed: the ESP under UEFI, the BIOS boot partition on GPT): from `start` for `size` bytes, in
+ * logical sectors for sgdisk, with the first partition number not in use. Refused when a partition is in that
+ * room (a layout made for the other boot mode). Pure.
+ */
+export function placeInFront(
+  holder: string,
+  partitions: readonly { number: number; start: number; size: number }[],
+  sectorSize: number,
+  room: { start: number; size: number; what: string; otherMode: BootMode },
+): { number: number; firstSector: number; lastSector: number } {
+  const end = room.start + room.size;
+  const inTheWay = partitions.find((p) => p.start < end && p.start + p.size > room.start);
+  if (inTheWay) {
+    throw new SoftwareRAIDError(
+      `No room for the ${room.size / MiB} MiB ${room.what} on ${holder} between ${room.start / MiB} and ${end / MiB} MiB: ` +
+        `partition ${inTheWay.number} starts at ${(inTheWay.start / MiB).toFixed(2)} MiB (was the RAID built for ${room.otherMode === 'uefi' ? 'UEFI' : 'BIOS'} boot?)`,
+    );
+  }
+  let number = 1;
+  while (partitions.some((p) => p.number === number)) number++;
+  return { number, firstSector: room.start / sectorSize, lastSector: end / sectorSize - 1 };
+}

@@ -17,6 +17,7 @@ import {
   rootVolumesOf,
   type Holder,
 } from '../../agent/disk/raid-layout.ts';
+import { lsblkRow } from '../helpers/lsblk-rows.ts';
 
 const GiB = 2 ** 30;
 const facts = { nodeUuid: 'n-1', diskCount: 2, skipVolumeNames: [] as string[] };
@@ -384,27 +385,12 @@ describe('planRaid', () => {
 });
 
 describe('md arrays in the disk list', () => {
-  const row = (kname: string, type: string, size: number) => ({
-    kname,
-    path: `/dev/${kname}`,
-    size,
-    model: null,
-    vendor: null,
-    serial: null,
-    wwn: null,
-    rota: false,
-    hctl: null,
-    'log-sec': 512,
-    'phy-sec': 512,
-    type,
-    tran: null,
-    ro: false,
-  });
-
   it('lsblk -d leaves arrays out; named, they are merged in and listed as disks IPA would see (TYPE raid*)', async () => {
-    const disks = JSON.stringify({ blockdevices: [row('vda', 'disk', 3 * GiB), row('vdb', 'disk', 3 * GiB)] });
+    const disks = JSON.stringify({
+      blockdevices: [lsblkRow('vda', 'disk', 3 * GiB), lsblkRow('vdb', 'disk', 3 * GiB)],
+    });
     const arrays = JSON.stringify({
-      blockdevices: [row('md0', 'raid1', GiB - 2 * 2 ** 20), row('md1', 'raid0', 4 * GiB)],
+      blockdevices: [lsblkRow('md0', 'raid1', GiB - 2 * 2 ** 20), lsblkRow('md1', 'raid0', 4 * GiB)],
     });
     const merged = mergeLsblk(disks, arrays);
     const sys = await mkdtemp(join(tmpdir(), 'ina-sys-'));

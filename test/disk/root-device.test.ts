@@ -12,29 +12,13 @@ import { DeviceNotFound } from '../../agent/errors.ts';
 import { LogRing } from '../../agent/log.ts';
 import { AgentState } from '../../agent/state.ts';
 import { buildTree } from '../helpers/sys-tree.ts';
+import { lsblkRow } from '../helpers/lsblk-rows.ts';
 
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
 let sysBlock: string;
 let root: string;
 let devices: BlockDevice[];
-
-const row = (kname: string, type: string, size: number) => ({
-  kname,
-  path: `/dev/${kname}`,
-  size,
-  model: null,
-  vendor: null,
-  serial: null,
-  wwn: null,
-  rota: false,
-  hctl: null,
-  'log-sec': 512,
-  'phy-sec': 512,
-  type,
-  tran: null,
-  ro: false,
-});
 
 beforeAll(async () => {
   // vda and vdb hold md0 (RAID-1, partitions 1) and md1 (RAID-0, partitions 2); vdc is a plain disk.
@@ -52,11 +36,11 @@ beforeAll(async () => {
   sysBlock = `${root}/block`;
   const lsblk = JSON.stringify({
     blockdevices: [
-      row('vda', 'disk', 10 * GiB),
-      row('vdb', 'disk', 10 * GiB),
-      row('vdc', 'disk', 8 * GiB),
-      row('md0', 'raid1', 5 * GiB - 8 * MiB),
-      row('md1', 'raid0', 9 * GiB),
+      lsblkRow('vda', 'disk', 10 * GiB),
+      lsblkRow('vdb', 'disk', 10 * GiB),
+      lsblkRow('vdc', 'disk', 8 * GiB),
+      lsblkRow('md0', 'raid1', 5 * GiB - 8 * MiB),
+      lsblkRow('md1', 'raid0', 9 * GiB),
     ],
   });
   devices = await blockDevicesFrom(lsblk, new Set(), sysBlock);

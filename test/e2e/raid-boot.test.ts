@@ -71,12 +71,7 @@ const node = {
 };
 
 const deployStep = (step: string, iface: string, args: Record<string, unknown>) =>
-  machine.command('deploy.execute_deploy_step', {
-    step: { step, priority: 0, interface: iface, reboot_requested: false, args },
-    node,
-    ports: [],
-    deploy_version: {},
-  });
+  machine.deployStep(node, step, iface, args);
 
 /** The GPT inside a RAID-1 member starting at `memberStart`: `dataStart` is where the array's data begins. */
 async function gptInMember(disk: string, memberStart: number) {

@@ -20,7 +20,7 @@ import { startImageServer, type ImageServer } from '../ironic/support/image-serv
 import { StepChain } from '../ironic/support/step-chain.ts';
 import { ensureSidChroot, sidUnavailable, startIronicForVm, type IronicForVm } from './ironic-vm.ts';
 import { bytesAt } from './raid-vm.ts';
-import { HOST_IN_GUEST, OUT, randomMac, startVm, until, type SlottedDisk, type Vm } from './vm.ts';
+import { HOST_IN_GUEST, OUT, randomMac, startVm, until, untilCloudInit, type SlottedDisk, type Vm } from './vm.ts';
 
 const run = promisify(execFile);
 const repo = join(import.meta.dirname, '..', '..');
@@ -426,15 +426,7 @@ describe.skipIf(unavailable)(
       serials.push('');
       try {
         const screen = await phase(`instance boot (${label}) -> cloud-init marker`, () =>
-          until(
-            `cloud-init's marker and its end on the instance's console (${label})`,
-            () => {
-              const s = v.serial();
-              return s.includes(marker) && /Cloud-init v\. \S+ finished/.test(s) ? s : undefined;
-            },
-            900_000,
-            2000,
-          ),
+          untilCloudInit(v, marker, label),
         );
         const ds = /Datasource DataSourceConfigDrive \[[^\]]*\]\[source=(\/dev\/\S+?)\]/.exec(screen);
         expect(ds, `${label}: cloud-init read the config drive`).not.toBeNull();

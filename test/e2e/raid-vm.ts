@@ -24,6 +24,8 @@ export interface RaidVm {
   vars?: string;
   /** POST /v1/commands/?wait=true; the final record. */
   command(name: string, params: Record<string, unknown>): Promise<Result>;
+  /** deploy.execute_deploy_step of `step` on `iface` with `args`, for `node`, as Ironic sends it. */
+  deployStep(node: object, step: string, iface: string, args: Record<string, unknown>): Promise<Result>;
   /** Powers the VM off through the agent and waits for QEMU to exit (so the disk files and variables are final). */
   powerOff(): Promise<void>;
   close(): Promise<void>;
@@ -97,7 +99,14 @@ export async function startRaidVm(o: {
       const code = await Promise.race([v.exited, new Promise((r) => setTimeout(() => r('still running'), 120_000))]);
       expect(code, v.stderr()).toBe(0);
     };
-    return { vm: v, dir: work.dir, disks, ...(vars ? { vars } : {}), command, powerOff, close };
+    const deployStep = (node: object, step: string, iface: string, args: Record<string, unknown>) =>
+      command('deploy.execute_deploy_step', {
+        step: { step, priority: 0, interface: iface, reboot_requested: false, args },
+        node,
+        ports: [],
+        deploy_version: {},
+      });
+    return { vm: v, dir: work.dir, disks, ...(vars ? { vars } : {}), command, deployStep, powerOff, close };
   } catch (err) {
     await close();
     throw err;

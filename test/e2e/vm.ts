@@ -365,3 +365,19 @@ function multipathLun(lun: VmOptions['multipathLun']): string[] {
 }
 
 export { until };
+
+/**
+ * Waits until an instance's console shows `marker` (a cloud-init bootcmd's echo) and cloud-init's end, for up to 15
+ * minutes under TCG; the console so far.
+ */
+export function untilCloudInit(v: Vm, marker: string, label: string): Promise<string> {
+  return until(
+    `cloud-init's marker and its end on the instance's console (${label})`,
+    () => {
+      const s = v.serial();
+      return s.includes(marker) && /Cloud-init v\. \S+ finished/.test(s) ? s : undefined;
+    },
+    900_000,
+    2000,
+  );
+}
