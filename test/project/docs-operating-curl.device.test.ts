@@ -3,8 +3,8 @@
 // on 127.0.0.1:8080 and starts `npm run agent -- --standalone` allow-listed to that device, so this test checks
 // the text, verbatim, against the real agent. Only a cleanup for a run that stops half-way is added (the doc's
 // last block does it otherwise).
-import { readFileSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { readdirSync, readFileSync } from 'node:fs';
+import { rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -32,6 +32,31 @@ const ON_FAILURE = `trap 'rc=$?; if [ $rc -ne 0 ]; then
   [ -n "\${WORK:-}" ] && rm -rf "$WORK"
 fi; exit $rc' EXIT
 `;
+
+/** The doc's work folders (`mktemp -d /tmp/ina-try.XXXXXX`) there are now. */
+function tryDirs(): string[] {
+  return readdirSync('/tmp')
+    .filter((n) => n.startsWith('ina-try.'))
+    .map((n) => join('/tmp', n));
+}
+
+/**
+ * What a run that was killed (its timeout's SIGKILL comes before the shell's own trap can run) left of the doc's
+ * work in `dir`: the agent allow-listed to its loop device and the image server on its folder stopped, the loop
+ * device detached, the folder removed.
+ */
+async function sweep(dir: string): Promise<void> {
+  const loops = (await execa('losetup', ['-l', '-n', '-O', 'NAME,BACK-FILE'])).stdout
+    .split('\n')
+    .map((l) => l.trim().split(/\s+/))
+    .filter(([, file]) => file?.startsWith(`${dir}/`))
+    .map(([name]) => name!);
+  for (const pattern of [dir, ...loops.map((l) => `--device-allowlist=${l}`)]) {
+    await execa('pkill', ['-f', '--', pattern], { reject: false });
+  }
+  for (const l of loops) await execa('losetup', ['-d', l], { reject: false });
+  await rm(dir, { recursive: true, force: true });
+}
 
 function portFree(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -65,14 +90,23 @@ describe('docs/operating.md, commands with curl', () => {
     }
   });
 
-  it('runs verbatim against a standalone agent on a loop device', { timeout: 300_000 }, async () => {
+  it('runs verbatim against a standalone agent on a loop device', { timeout: 360_000 }, async () => {
     for (const port of [9999, 8080, 8081]) {
       expect(await portFree(port), `port ${port} on 127.0.0.1 is in use; the doc's commands need it`).toBe(true);
     }
     const dir = await testTempDir('ina-docs-curl-');
     const script = join(dir, 'operating.sh');
     await writeFile(script, `set -euo pipefail\n${ON_FAILURE}${blocks.join('\n')}`);
-    const run = await execa('bash', [script], { cwd: root, reject: false, all: true, timeout: 280_000 });
+    const before = new Set(tryDirs());
+    const run = await execa('bash', [script], {
+      cwd: root,
+      reject: false,
+      all: true,
+      timeout: 280_000,
+      // time for the shell's trap to clean up after the command it waits for has ended
+      forceKillAfterDelay: 30_000,
+    });
+    if (run.exitCode !== 0) for (const d of tryDirs().filter((x) => !before.has(x))) await sweep(d);
     const out = run.all ?? '';
     expect(run.exitCode, out).toBe(0);
     // Each command the doc waits for, and the last record of the polled deploy, succeeded; none failed.
