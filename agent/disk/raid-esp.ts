@@ -17,8 +17,9 @@ import { findEfiLoaders, type EfiLoader } from './efi-loaders.ts';
 import { activeArrays, holderDisks } from './md.ts';
 import { findEsp } from './partition-uuids.ts';
 import { listPartitions, rescanPartitions, type Partition } from './partitions.ts';
+import { addBootPartition, type BootPartitionSpec } from './holder-boot-partition.ts';
 import { placeInFront } from './raid-layout.ts';
-import { kernelNameOf, logicalSectorSize, SYS_BLOCK } from './sysfs.ts';
+import { kernelNameOf, SYS_BLOCK } from './sysfs.ts';
 
 const MiB = 2 ** 20;
 /** IPA's ESP size, and where the layout's room for it starts (the usual first aligned sector). */
@@ -29,6 +30,16 @@ const MTOOLS_ENV = { MTOOLS_SKIP_CHECK: '1' };
 
 export const holderEspLabel = (index: number) => `uefi-holder-${index}`;
 
+/** The i-th holder's ESP, as IPA makes it. */
+const holderEspSpec = (index: number): BootPartitionSpec => ({
+  what: 'EFI system partition',
+  start: ESP_START,
+  size: ESP_SIZE,
+  type: ESP_TYPE,
+  label: holderEspLabel(index),
+  otherMode: 'bios',
+});
+
 /**
  * Where the ESP goes on a holder: 1 MiB to 551 MiB, in logical sectors for sgdisk, with the first partition
  * number not in use. Refuses when a partition is in the way (a layout made for BIOS boot). Pure.
@@ -38,12 +49,7 @@ export function espPlacement(
   partitions: readonly Pick<Partition, 'number' | 'start' | 'size'>[],
   sectorSize: number,
 ): { number: number; firstSector: number; lastSector: number } {
-  return placeInFront(holder, partitions, sectorSize, {
-    start: ESP_START,
-    size: ESP_SIZE,
-    what: 'EFI system partition',
-    otherMode: 'bios',
-  });
+  return placeInFront(holder, partitions, sectorSize, holderEspSpec(0));
 }
 
 /** mkfs.vfat's volume id (`-i`) for a FAT serial as blkid prints it (`ABCD-1234`); null when it is not one. */
@@ -83,24 +89,7 @@ async function holderEsp(ctx: TaskContext, holder: string, index: number, done: 
   const parts = await listPartitions(holder, ctx.log);
   const found = parts.find((p) => p.partLabel === label);
   if (found) return found;
-  const at = espPlacement(holder, parts, await logicalSectorSize(holder));
-  await ctx.guard.assertPartitionAddable(holder, 'add an EFI system partition to');
-  await run(
-    'sgdisk',
-    [
-      '-n',
-      `${at.number}:${at.firstSector}:${at.lastSector}`,
-      '-t',
-      `${at.number}:${ESP_TYPE}`,
-      '-c',
-      `${at.number}:${label}`,
-      holder,
-    ],
-    { log: ctx.log },
-  );
-  await rescanPartitions(holder, ctx.log, [at.number]);
-  const made = (await listPartitions(holder, ctx.log)).find((p) => p.number === at.number);
-  if (!made) throw new SoftwareRAIDError(`The EFI system partition ${at.number} made on ${holder} did not appear`);
+  const made = await addBootPartition(ctx, holder, parts, holderEspSpec(index));
   done.push(`${made.path} made`);
   return made;
 }

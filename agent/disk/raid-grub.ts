@@ -18,8 +18,8 @@ import { MountStack, withMounted } from '../host/mounts.ts';
 import type { TaskContext } from '../services.ts';
 import { activeArrays, holderDisks } from './md.ts';
 import { listPartitions, rescanPartitions, tableType, type Partition } from './partitions.ts';
+import { addBootPartition, type BootPartitionSpec } from './holder-boot-partition.ts';
 import { placeInFront } from './raid-layout.ts';
-import { logicalSectorSize } from './sysfs.ts';
 
 const MiB = 2 ** 20;
 export const BIOS_BOOT_SIZE = 2 * MiB;
@@ -37,6 +37,16 @@ const GRUB_TIMEOUT_MS = 15 * 60_000;
 
 export const biosBootLabel = (index: number) => `bios-boot-part-${index}`;
 
+/** The i-th GPT holder's BIOS boot partition, in front of its RAID partitions. */
+const biosBoot = (index: number): BootPartitionSpec => ({
+  what: 'BIOS boot partition',
+  start: BIOS_BOOT_START,
+  size: BIOS_BOOT_SIZE,
+  type: BIOS_BOOT_TYPE,
+  label: biosBootLabel(index),
+  otherMode: 'uefi',
+});
+
 const refuseImage = (why: string) => new InvalidImage(`Cannot install a BIOS boot loader from this image: ${why}`);
 
 /**
@@ -48,12 +58,7 @@ export function biosBootPlacement(
   partitions: readonly Pick<Partition, 'number' | 'start' | 'size'>[],
   sectorSize: number,
 ): { number: number; firstSector: number; lastSector: number } {
-  return placeInFront(holder, partitions, sectorSize, {
-    start: BIOS_BOOT_START,
-    size: BIOS_BOOT_SIZE,
-    what: 'BIOS boot partition',
-    otherMode: 'uefi',
-  });
+  return placeInFront(holder, partitions, sectorSize, biosBoot(0));
 }
 
 /**
@@ -220,24 +225,8 @@ async function biosBootPartition(ctx: TaskContext, holder: string, index: number
   await rescanPartitions(holder, ctx.log);
   const parts = await listPartitions(holder, ctx.log);
   if (parts.some((p) => p.partType?.toLowerCase() === BIOS_BOOT_GUID)) return;
-  const at = biosBootPlacement(holder, parts, await logicalSectorSize(holder));
-  await ctx.guard.assertPartitionAddable(holder, 'add a BIOS boot partition to');
-  const label = biosBootLabel(index);
-  await run(
-    'sgdisk',
-    [
-      '-n',
-      `${at.number}:${at.firstSector}:${at.lastSector}`,
-      '-t',
-      `${at.number}:${BIOS_BOOT_TYPE}`,
-      '-c',
-      `${at.number}:${label}`,
-      holder,
-    ],
-    { log: ctx.log },
-  );
-  await rescanPartitions(holder, ctx.log, [at.number]);
-  done.push(`BIOS boot partition ${at.number} (${label}) made on ${holder}`);
+  const made = await addBootPartition(ctx, holder, parts, biosBoot(index));
+  done.push(`BIOS boot partition ${made.number} (${biosBootLabel(index)}) made on ${holder}`);
 }
 
 /** The UUIDs (mdadm's form) of every running array: what a dracut initramfs must be told to assemble. */
